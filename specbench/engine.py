@@ -1,0 +1,205 @@
+"""The decode loop every strategy shares: prefill, then propose -> verify -> accept -> commit.
+
+The engine knows nothing about tokenization or about any particular strategy: it sees token ids,
+a target runner, a Proposer (whose class flags say what it needs) and a Verifier. Every tensor
+is batch-first. Rows finish independently (EOS or max_new_tokens) and accept ragged numbers of
+drafts; a finished row stays in the batch with its length frozen, so shapes never change
+inside a batch, and its results are no longer counted.
+
+One host synchronisation per step: the accepted counts and emitted tokens come to the host
+together, because finishing rows (EOS, length) is host logic. Phase times come from CUDA events
+on a GPU (read once per batch) and from the host clock on the CPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from specbench.strategies.base import DecodeState, Proposer
+from specbench.verify import Verifier
+
+
+@dataclass
+class RowResult:
+    """What one prompt got: its tokens, its acceptance counters and its timeline (seconds from batch start)."""
+
+    output_ids: list[int] = field(default_factory=list)
+    drafts: int = 0  # verification steps that had a draft (K > 0) while the row was active
+    draft_tokens: int = 0
+    accepted_tokens: int = 0  # bonus excluded
+    accepted_at: list[int] = field(default_factory=list)  # [K] steps whose draft i was accepted
+    ttft_s: float = 0.0
+    latency_s: float = 0.0
+    emissions: list[tuple[float, int]] = field(default_factory=list)  # (time, tokens emitted then)
+    finished_by: str = ""  # "eos" | "length"
+
+
+@dataclass
+class BatchTiming:
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0  # target forward + acceptance
+    total_s: float = 0.0
+    steps: int = 0
+
+
+class _PhaseClock:
+    """Marks phase boundaries without synchronising: CUDA events on a GPU, perf_counter elsewhere."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.marks: list[object] = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def seconds(self) -> list[float]:
+        """Durations between consecutive marks (synchronises once on CUDA)."""
+        if self.cuda:
+            if self.marks:
+                self.marks[-1].synchronize()
+            return [a.elapsed_time(b) / 1e3 for a, b in zip(self.marks, self.marks[1:])]
+        return [b - a for a, b in zip(self.marks, self.marks[1:])]
+
+
+class Engine:
+    """Runs one strategy over batches of prompts (token ids)."""
+
+    def __init__(
+        self,
+        target_runner,  # specbench.models.runner: DecoderRunner | TransformersRunner
+        proposer: Proposer,
+        verifier: Verifier,
+        *,
+        max_new_tokens: int,
+        eos_ids: set[int],
+        device: torch.device,
+    ) -> None:
+        self.target = target_runner
+        self.proposer = proposer
+        self.verifier = verifier
+        self.max_new_tokens = max_new_tokens
+        self.eos_ids = eos_ids
+        self.device = device
+        self.want_hidden = proposer.pass_hidden_states_to_model
+        self.hidden_layers = proposer.hidden_layers()
+
+    def cache_len(self, prompt_len: int) -> int:
+        """Slots a row needs: prompt + new tokens + one full verify window past the last commit."""
+        return prompt_len + self.max_new_tokens + self.proposer.k + 1
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], on_step: Callable[[int], None] | None = None) -> tuple[list[RowResult], BatchTiming]:
+        """Decode one batch. `on_step(tokens_emitted)` is called after every step (progress bars)."""
+        bsz, k, dev = len(prompts), self.proposer.k, self.device
+        plens = [len(p) for p in prompts]
+        pmax = max(plens)
+        max_len = self.cache_len(pmax)
+        tokens = torch.zeros((bsz, max_len), dtype=torch.long, device=dev)
+        for b, p in enumerate(prompts):
+            tokens[b, : len(p)] = torch.tensor(p, dtype=torch.long)
+        rows = [RowResult(accepted_at=[0] * k) for _ in range(bsz)]
+        self.target.allocate(bsz, max_len)
+        clock = _PhaseClock(dev)
+        t0 = time.perf_counter()
+
+        # 0) prefill: right-padded prompts; the first token comes from each row's last prompt position
+        positions = torch.arange(pmax, device=dev).expand(bsz, pmax)
+        last = torch.tensor(plens, device=dev)[:, None] - 1  # [B, 1]
+        out = self.target(tokens[:, :pmax], positions, attn_len=pmax, logits_at=last,
+                          want_hidden=self.want_hidden, hidden_layers=self.hidden_layers)
+        first = self.verifier(tokens[:, :0], None, out.logits).next_token  # [B]
+        tokens[torch.arange(bsz, device=dev), last[:, 0] + 1] = first
+        first_host = first.tolist()  # sync: the first token exists now
+        ttft = time.perf_counter() - t0
+        lengths_host = [p + 1 for p in plens]
+        active = [True] * bsz
+        for b, tok in enumerate(first_host):
+            rows[b].output_ids.append(tok)
+            rows[b].ttft_s = ttft
+            rows[b].emissions.append((ttft, 1))
+            self._maybe_finish(rows[b], b, active, ttft)
+        state = DecodeState(tokens=tokens, lengths=torch.tensor(lengths_host, device=dev), lengths_host=lengths_host,
+                            prompt_lengths=plens, active=torch.tensor(active, device=dev), max_len=max_len,
+                            target_hidden=out.hidden, target_layer_hidden=out.layer_hidden, target_positions=positions)
+        self.proposer.start(state, out.hidden)
+        if on_step:
+            on_step(sum(1 for _ in prompts))
+        timing = BatchTiming(prefill_s=ttft)
+        steps = torch.arange(k + 1, device=dev)
+
+        while any(active):
+            clock.mark()
+            # 1) propose K drafts per row
+            draft = self.proposer.propose(state)
+            clock.mark()
+            # 2) verify: one target forward over [pending token, d_1..d_K] at positions L-1 .. L-1+K
+            positions = state.lengths[:, None] - 1 + steps  # [B, K+1]
+            inputs = torch.cat([state.tokens.gather(1, positions[:, :1]), draft.tokens], dim=1)
+            out = self.target(inputs, positions, attn_len=max(lengths_host) + k,
+                              want_hidden=self.want_hidden, hidden_layers=self.hidden_layers)
+            # 3) accept: n drafts per row, then the correction or bonus token
+            verdict = self.verifier(draft.tokens, draft.probs, out.logits)
+            emitted = torch.cat([draft.tokens, verdict.next_token[:, None]], dim=1)  # [B, K+1]
+            emitted.scatter_(1, verdict.accepted[:, None], verdict.next_token[:, None])  # d_1..d_n, next
+            state.tokens.scatter_(1, positions + 1, emitted)  # beyond a row's new length it is garbage
+            clock.mark()
+            # 4) commit on the host: the one synchronisation of the step
+            host = torch.cat([verdict.accepted[:, None], emitted], dim=1).tolist()
+            now = time.perf_counter() - t0
+            old_lengths = list(lengths_host)
+            accepted_host = [row[0] for row in host]
+            emitted_count = 0
+            for b, row in enumerate(rows):
+                if not active[b]:
+                    continue
+                n = host[b][0]
+                new = host[b][1 : n + 2][: self.max_new_tokens - len(row.output_ids)]
+                if self.eos_ids:
+                    for j, tok in enumerate(new):
+                        if tok in self.eos_ids:
+                            new = new[: j + 1]
+                            break
+                if k > 0:
+                    row.drafts += 1
+                    row.draft_tokens += k
+                    row.accepted_tokens += n
+                    for i in range(n):
+                        row.accepted_at[i] += 1
+                row.output_ids.extend(new)
+                row.emissions.append((now, len(new)))
+                lengths_host[b] += len(new)
+                emitted_count += len(new)
+                self._maybe_finish(row, b, active, now)
+            state.lengths = torch.tensor(lengths_host, device=dev)
+            state.active = torch.tensor(active, device=dev)
+            state.target_hidden, state.target_layer_hidden, state.target_positions = out.hidden, out.layer_hidden, positions
+            self.proposer.commit(state, verdict, accepted_host, old_lengths)
+            timing.steps += 1
+            if on_step:
+                on_step(emitted_count)
+        clock.mark()
+        phases = clock.seconds()  # per step: draft, verify, commit (+ the gap to the next step's mark)
+        timing.draft_s = sum(phases[0::3])
+        timing.verify_s = sum(phases[1::3])
+        timing.total_s = time.perf_counter() - t0
+        return rows, timing
+
+    def _maybe_finish(self, row: RowResult, b: int, active: list[bool], now: float) -> None:
+        if row.output_ids and row.output_ids[-1] in self.eos_ids:
+            row.finished_by = "eos"
+        elif len(row.output_ids) >= self.max_new_tokens:
+            row.finished_by = "length"
+        else:
+            return
+        active[b] = False
+        row.latency_s = now

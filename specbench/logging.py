@@ -1,0 +1,140 @@
+"""Where results go: results.json and outputs.jsonl (atomic), W&B (offline by default), the console.
+
+Logging sits behind a small interface with a no-op and a W&B implementation, so run() never
+branches on the logger and tests can use `logger=none`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from specbench.errors import unknown
+
+LOGGERS = ("wandb", "none")
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON so that a reader (or a crash) never sees half a file."""
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(_clean(obj), indent=1))
+    os.replace(tmp, path)
+
+
+def write_jsonl_atomic(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        for row in rows:
+            f.write(json.dumps(_clean(row)) + "\n")
+    os.replace(tmp, path)
+
+
+def _clean(obj: Any) -> Any:
+    """NaN/inf -> None so results.json stays strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, Mapping):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+class NullLogger:
+    def log_results(self, results: Mapping[str, Any]) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+class WandbLogger(NullLogger):
+    """One W&B run per job: the resolved config, summary metrics and a per-position acceptance table."""
+
+    def __init__(self, cfg: Mapping[str, Any], run_dir: Path, config: Mapping[str, Any], group: str | None, name: str) -> None:
+        import wandb
+
+        self.wandb = wandb
+        self.run = wandb.init(
+            project=cfg.get("project") or "specbench", entity=cfg.get("entity"), mode=cfg.get("mode") or "offline",
+            dir=str(run_dir), config=dict(config), group=group, name=name, tags=list(cfg.get("tags") or []),
+            reinit="finish_previous",
+        )
+
+    def log_results(self, results: Mapping[str, Any]) -> None:
+        summary: dict[str, Any] = {}
+        for side in ("strategy", "baseline"):
+            block = results.get(side)
+            if not block:
+                continue
+            for key, value in block.items():
+                if isinstance(value, Mapping) and "mean" in value:
+                    for stat in ("mean", "median", "p90"):
+                        summary[f"{side}/{key}/{stat}"] = value[stat]
+                elif isinstance(value, (int, float)) and value is not None:
+                    summary[f"{side}/{key}"] = value
+        if results.get("speedup"):
+            summary["speedup"] = results["speedup"]["speedup"]
+        if results.get("exact_match"):
+            summary["exact_match/equal"] = results["exact_match"]["equal"]
+        self.run.summary.update(_clean(summary))
+        per_pos = (results.get("strategy") or {}).get("per_position_acceptance") or []
+        table = self.wandb.Table(columns=["position", "acceptance"], data=[[i + 1, a] for i, a in enumerate(per_pos)])
+        self.run.log({"per_position_acceptance": table})
+
+    def finish(self) -> None:
+        self.run.finish()
+
+
+def make_logger(cfg: Mapping[str, Any], run_dir: Path, config: Mapping[str, Any], group: str | None, name: str) -> NullLogger:
+    kind = cfg.get("name", "none")
+    if kind not in LOGGERS:
+        raise unknown("logger", kind, LOGGERS)
+    if kind == "none" or os.environ.get("WANDB_MODE") == "disabled":
+        return NullLogger()
+    return WandbLogger(cfg, run_dir, config, group, name)
+
+
+def _fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def results_table(results: Mapping[str, Any]) -> str:
+    """The console table: baseline next to the strategy, timings as mean / median / p90."""
+    sides = [(s, results[s]) for s in ("baseline", "strategy") if results.get(s)]
+    names = {"baseline": "none (baseline)", "strategy": results["run"]["strategy"]}
+    header = ["metric"] + [names[s] for s, _ in sides]
+    lines: list[list[str]] = []
+
+    def add(label: str, fn) -> None:
+        lines.append([label] + [fn(block) for _, block in sides])
+
+    add("prompts", lambda b: str(b["n_prompts"]))
+    add("output tokens", lambda b: str(b["output_tokens"]))
+    add("acceptance length", lambda b: _fmt(b["acceptance_length"]))
+    add("acceptance rate", lambda b: _fmt(b["acceptance_rate"], 3))
+    add("per-position acc.", lambda b: " ".join(_fmt(a) for a in b["per_position_acceptance"]) or "-")
+    for key, label in (("ttft_ms", "TTFT ms"), ("tpot_ms", "TPOT ms"), ("itl_ms", "ITL ms"), ("output_tokens_per_s", "tokens/s")):
+        add(f"{label} mean/med/p90", lambda b, key=key: "/".join(_fmt(b[key][s], 1) for s in ("mean", "median", "p90")))
+    add("time: draft/verify/other %", lambda b: "/".join(
+        _fmt(100 * b["time_split"][f] / b["time_split"]["total_s"], 0) if b["time_split"]["total_s"] else "-"
+        for f in ("draft_s", "verify_s", "other_s")))
+    widths = [max(len(r[i]) for r in [header] + lines) for i in range(len(header))]
+    fmt = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    out = [fmt(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [fmt(r) for r in lines]
+    if results.get("speedup"):
+        sp = results["speedup"]
+        out.append(f"speedup (baseline TPOT / strategy TPOT): {_fmt(sp['speedup'])}x "
+                   f"(per prompt: median {_fmt(sp['per_prompt']['median'])}, p90 {_fmt(sp['per_prompt']['p90'])}, n={sp['per_prompt']['n']})")
+    if results.get("exact_match"):
+        em = results["exact_match"]
+        out.append(f"T=0 output identical to target-only decoding: {em['equal']}/{em['n']} prompts")
+    return "\n".join(out)

@@ -1,0 +1,111 @@
+"""Per-step counters -> the figures specbench reports, with the names and definitions of DESIGN.md.
+
+- drafts: verification steps that had a draft; draft_tokens; accepted_tokens (bonus excluded).
+- acceptance_length AL = 1 + accepted_tokens / drafts (target-only decoding = 1).
+- acceptance_rate = accepted_tokens / draft_tokens; per_position_acceptance[i] = accepted at i / drafts.
+- TTFT: request start to first output token. TPOT = (latency - TTFT) / (output_tokens - 1).
+  ITL: gaps between emissions (one emission may hold several tokens).
+- output_tokens_per_s; speedup = baseline TPOT / strategy TPOT on the same prompts;
+  time split: draft, verify, other.
+
+Counters are summed over prompts (AL and rates are token-weighted, as Spec-Bench and vLLM report
+them); timings are reported per prompt with their spread: mean, median, p90 and n.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specbench.engine import BatchTiming, RowResult
+
+TIMED = ("ttft_ms", "tpot_ms", "latency_ms", "output_tokens_per_s")
+
+
+def spread(values: Sequence[float]) -> dict[str, float | int | None]:
+    """mean, median, p90 (nearest-rank on the sorted values) and n."""
+    vals = sorted(v for v in values if v is not None and not math.isnan(v))
+    if not vals:
+        return {"mean": None, "median": None, "p90": None, "n": 0}
+    n = len(vals)
+    mid = n // 2
+    median = vals[mid] if n % 2 else (vals[mid - 1] + vals[mid]) / 2
+    p90 = vals[min(n - 1, math.ceil(0.9 * n) - 1)]
+    return {"mean": sum(vals) / n, "median": median, "p90": p90, "n": n}
+
+
+def prompt_metrics(row: RowResult) -> dict[str, Any]:
+    """The metrics of one prompt (also written per line to outputs.jsonl)."""
+    out_tokens = len(row.output_ids)
+    times = [t for t, _ in row.emissions]
+    tpot = (row.latency_s - row.ttft_s) / (out_tokens - 1) if out_tokens > 1 else float("nan")
+    return {
+        "output_tokens": out_tokens,
+        "drafts": row.drafts,
+        "draft_tokens": row.draft_tokens,
+        "accepted_tokens": row.accepted_tokens,
+        "acceptance_length": 1 + row.accepted_tokens / row.drafts if row.drafts else 1.0,
+        "acceptance_rate": row.accepted_tokens / row.draft_tokens if row.draft_tokens else None,
+        "per_position_acceptance": [a / row.drafts for a in row.accepted_at] if row.drafts else [],
+        "ttft_ms": row.ttft_s * 1e3,
+        "tpot_ms": tpot * 1e3,
+        "latency_ms": row.latency_s * 1e3,
+        "itl_ms": [(b - a) * 1e3 for a, b in zip(times, times[1:])],
+        "output_tokens_per_s": out_tokens / row.latency_s if row.latency_s > 0 else None,
+        "finished_by": row.finished_by,
+    }
+
+
+def summarize(per_prompt: Sequence[dict[str, Any]], timings: Sequence[BatchTiming] = ()) -> dict[str, Any]:
+    """Aggregate per-prompt metrics of one strategy over a prompt set (or one category of it)."""
+    drafts = sum(m["drafts"] for m in per_prompt)
+    draft_tokens = sum(m["draft_tokens"] for m in per_prompt)
+    accepted = sum(m["accepted_tokens"] for m in per_prompt)
+    k = max((len(m["per_position_acceptance"]) for m in per_prompt), default=0)
+    per_pos = [sum(m["per_position_acceptance"][i] * m["drafts"] for m in per_prompt if m["drafts"]) / drafts
+               for i in range(k)] if drafts else []
+    out: dict[str, Any] = {
+        "n_prompts": len(per_prompt),
+        "output_tokens": sum(m["output_tokens"] for m in per_prompt),
+        "drafts": drafts,
+        "draft_tokens": draft_tokens,
+        "accepted_tokens": accepted,
+        "acceptance_length": 1 + accepted / drafts if drafts else 1.0,
+        "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+        "per_position_acceptance": per_pos,
+        "acceptance_length_per_prompt": spread([m["acceptance_length"] for m in per_prompt]),
+        "itl_ms": spread([g for m in per_prompt for g in m["itl_ms"]]),
+    }
+    for key in TIMED:
+        out[key] = spread([m[key] for m in per_prompt])
+    if timings:
+        total = sum(t.total_s for t in timings)
+        draft = sum(t.draft_s for t in timings)
+        verify = sum(t.verify_s for t in timings)
+        prefill = sum(t.prefill_s for t in timings)
+        out["time_split"] = {
+            "total_s": total, "prefill_s": prefill, "draft_s": draft, "verify_s": verify,
+            "other_s": max(0.0, total - prefill - draft - verify),
+            "draft_frac": draft / total if total else None, "verify_frac": verify / total if total else None,
+            "steps": sum(t.steps for t in timings),
+        }
+        out["output_tokens_per_s_overall"] = out["output_tokens"] / total if total else None
+    return out
+
+
+def speedup(baseline: Sequence[dict[str, Any]], strategy: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """baseline TPOT / strategy TPOT: overall (ratio of mean TPOTs) and per prompt with its spread."""
+    per_prompt = [b["tpot_ms"] / s["tpot_ms"] for b, s in zip(baseline, strategy)
+                  if s["tpot_ms"] and not math.isnan(s["tpot_ms"]) and not math.isnan(b["tpot_ms"])]
+    mean_b = spread([m["tpot_ms"] for m in baseline])["mean"]
+    mean_s = spread([m["tpot_ms"] for m in strategy])["mean"]
+    return {"speedup": mean_b / mean_s if mean_b and mean_s else None, "per_prompt": spread(per_prompt)}
+
+
+def exact_match(baseline_ids: Sequence[list[int]], strategy_ids: Sequence[list[int]]) -> dict[str, Any]:
+    """How many prompts produced exactly the baseline's tokens (the T = 0 losslessness check)."""
+    equal = [a == b for a, b in zip(baseline_ids, strategy_ids)]
+    first_diff = next((i for i, e in enumerate(equal) if not e), None)
+    return {"equal": sum(equal), "n": len(equal), "all_equal": all(equal), "first_mismatch_index": first_diff}

