@@ -27,7 +27,7 @@ from specbench.logging import make_logger, results_table, write_json_atomic, wri
 from specbench.metrics import exact_match, prompt_metrics, speedup, summarize
 from specbench.models.loading import DTYPES, LoadedModel, ModelSpec, load_model, resolve_spec, suggested_draft
 from specbench.models.runner import BACKENDS, make_runner
-from specbench.strategies.base import BuildContext, Proposer
+from specbench.strategies.base import BuildContext, Proposer, raise_if_vocab_too_large
 from specbench.strategies.none import TargetOnly
 from specbench.verify import SamplingParams, Verifier
 
@@ -95,6 +95,8 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
         if d.get("name") in ("auto", None) and not d.get("path"):
             d["name"] = suggested_draft(target.name)
         draft = resolve_spec(d, "draft")
+        if draft.vocab_size and target.vocab_size:  # presets: refuse before loading anything
+            raise_if_vocab_too_large(draft.vocab_size, target.vocab_size, draft.label, target.label)
     e = c.get("engine") or {}
     device_name = e.get("device", "auto")
     if device_name == "auto":

@@ -40,6 +40,7 @@ class ModelSpec:
     trust_remote_code: bool = False
     revision: str | None = None
     init_seed: int = 0
+    vocab_size: int | None = None  # known before loading for presets (used to fail fast)
 
     @property
     def label(self) -> str:
@@ -75,6 +76,7 @@ def resolve_spec(cfg: Mapping[str, Any], role: str) -> ModelSpec:
         raise unknown(f"{role} model", name, PRESETS,
                       hint=f"Or give {role}.path=<hub id, local directory or .gguf file>")
     preset = PRESETS[name]
+    common["vocab_size"] = preset.arch.get("vocab_size")
     if source == "random" or preset.source == "random":
         return ModelSpec(name=name, source="random", arch=preset.arch, **common)
     if preset.source == "hub":

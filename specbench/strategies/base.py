@@ -20,6 +20,15 @@ from specbench.models.loading import LoadedModel
 from specbench.verify import SamplingParams, Verdict
 
 
+def raise_if_vocab_too_large(draft_vocab: int, target_vocab: int, draft_name: str, target_name: str) -> None:
+    if draft_vocab > target_vocab:
+        raise ConfigError(
+            f"draft {draft_name!r} has a vocabulary of {draft_vocab} entries, larger than target {target_name!r}'s "
+            f"{target_vocab}; allowed: a draft vocabulary <= the target's (ids beyond the target's cannot be verified). "
+            f"Pick a draft of the target's family (draft=auto uses the preset's pair)"
+        )
+
+
 @dataclass
 class BuildContext:
     """What a strategy may use to build itself: loaded models, the device and the sampling rule."""

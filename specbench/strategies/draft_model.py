@@ -15,17 +15,8 @@ import torch
 
 from specbench.errors import ConfigError
 from specbench.models.runner import make_runner
-from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
+from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer, raise_if_vocab_too_large
 from specbench.verify import Verdict, logits_to_probs, sample_from
-
-
-def raise_if_vocab_too_large(draft_vocab: int, target_vocab: int, draft_name: str, target_name: str) -> None:
-    if draft_vocab > target_vocab:
-        raise ConfigError(
-            f"draft {draft_name!r} has a vocabulary of {draft_vocab} entries, larger than target {target_name!r}'s "
-            f"{target_vocab}; allowed: a draft vocabulary <= the target's (ids beyond the target's cannot be verified). "
-            f"Pick a draft of the target's family (draft=auto uses the preset's pair)"
-        )
 
 
 def raise_if_tokenizers_differ(draft_tok: Any, target_tok: Any, draft_name: str, target_name: str) -> None:
