@@ -98,8 +98,13 @@ class Engine:
         return prompt_len + self.max_new_tokens + self.proposer.k + 1
 
     @torch.inference_mode()
-    def generate(self, prompts: list[list[int]], on_step: Callable[[int], None] | None = None) -> tuple[list[RowResult], BatchTiming]:
-        """Decode one batch. `on_step(tokens_emitted)` is called after every step (progress bars)."""
+    def generate(self, prompts: list[list[int]], on_step: Callable[[int], None] | None = None,
+                 mm_inputs: list[dict | None] | None = None) -> tuple[list[RowResult], BatchTiming]:
+        """Decode one batch. `on_step(tokens_emitted)` is called after every step (progress bars).
+
+        `mm_inputs` (one per prompt, None for text-only rows) carries what a multimodal runner needs
+        beyond token ids (pixel values, grid sizes); runners that have `begin_batch` receive it.
+        """
         bsz, k, dev = len(prompts), self.proposer.k, self.device
         plens = [len(p) for p in prompts]
         pmax = max(plens)
@@ -109,6 +114,8 @@ class Engine:
             tokens[b, : len(p)] = torch.tensor(p, dtype=torch.long)
         rows = [RowResult(accepted_at=[0] * k) for _ in range(bsz)]
         self.target.allocate(bsz, max_len)
+        if hasattr(self.target, "begin_batch"):
+            self.target.begin_batch(prompts, mm_inputs)
         clock = _PhaseClock(dev)
         t0 = time.perf_counter()
 
@@ -130,6 +137,7 @@ class Engine:
             self._maybe_finish(rows[b], b, active, ttft)
         state = DecodeState(tokens=tokens, lengths=torch.tensor(lengths_host, device=dev), lengths_host=lengths_host,
                             prompt_lengths=plens, active=torch.tensor(active, device=dev), max_len=max_len,
+                            mm_inputs=mm_inputs,
                             target_hidden=out.hidden, target_layer_hidden=out.layer_hidden, target_positions=positions)
         self.proposer.start(state, out.hidden)
         if on_step:

@@ -55,6 +55,7 @@ class DecodeState:
     prompt_lengths: list[int]
     active: torch.Tensor  # [B] bool, rows still generating
     max_len: int  # cache slots per row
+    mm_inputs: list[dict | None] | None = None  # per row: images etc. for multimodal runners (None = text)
     # from the last target forward, for strategies with pass_hidden_states_to_model:
     target_hidden: torch.Tensor | None = None  # [B, T, H] final-norm hidden states of that forward
     target_layer_hidden: list[torch.Tensor] | None = None  # [B, T, H] each, layers asked by hidden_layers()

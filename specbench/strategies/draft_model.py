@@ -51,6 +51,8 @@ class DraftModelProposer(Proposer):
     def start(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
         b, p = state.batch_size, max(state.prompt_lengths)
         self.runner.allocate(b, state.max_len)
+        if hasattr(self.runner, "begin_batch"):  # a multimodal draft sees the images too
+            self.runner.begin_batch([state.tokens[i, :n].tolist() for i, n in enumerate(state.prompt_lengths)], state.mm_inputs)
         # right-padded prompts: slots past a row's prompt get garbage that is masked, then overwritten
         positions = torch.arange(p, device=self.device).expand(b, p)
         self.runner(state.tokens[:, :p], positions, attn_len=p, logits_at=positions[:, :1])
