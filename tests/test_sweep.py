@@ -1,0 +1,41 @@
+"""A real Hydra multirun: one result directory per job, a failed job does not stop the sweep,
+and specbench.report turns the sweep into one table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+COMMON = ["target=tiny-llama", "draft=self", "dataset=builtin", "dataset.num_prompts=3", "max_new_tokens=6",
+          "logger=none", "engine.warmup=false"]
+
+
+def _sweep(tmp_path: Path, *overrides: str) -> Path:
+    out = tmp_path / "multirun"
+    proc = subprocess.run([sys.executable, "-m", "specbench", "-m", *overrides, *COMMON, f"hydra.sweep.dir={out}"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def test_a_2x2_sweep_leaves_4_results_and_one_report(tmp_path: Path):
+    out = _sweep(tmp_path, "strategy.k=1,2", "sampling.temperature=0,1")
+    results = sorted(out.glob("*/results.json"))
+    assert len(results) == 4
+    als = sorted(json.loads(p.read_text())["strategy"]["acceptance_length"] for p in results)
+    assert als == [2.0, 2.0, 3.0, 3.0]  # a self-draft accepts everything at T=0 and T=1
+    proc = subprocess.run([sys.executable, "-m", "specbench.report", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = (out / "report.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| draft_model")]
+    assert len(rows) == 4, table
+    assert (out / "report.csv").read_text().count("\n") >= 5
+
+
+def test_a_failed_job_does_not_stop_the_sweep(tmp_path: Path):
+    out = _sweep(tmp_path, "strategy.k=0,2")  # k=0 is refused for draft_model
+    errors = list(out.glob("*/error.json"))
+    assert len(errors) == 1 and "strategy.k=0" in json.loads(errors[0].read_text())["error"]
+    assert len(list(out.glob("*/results.json"))) == 1
