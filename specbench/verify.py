@@ -122,9 +122,8 @@ def rejection_sample(
     rejected = accepted < k  # [B]
     if k > 0:
         at = accepted.clamp(max=k - 1)
-        if draft_probs is None:
-            q_next = torch.zeros_like(p_next)
-            q_next[rows, draft_tokens[rows, at]] = 1.0
+        if draft_probs is None:  # one-hot at the draft token (scatter keeps it CUDA-graph capturable)
+            q_next = torch.zeros_like(p_next).scatter_(1, draft_tokens.gather(1, at[:, None]), 1.0)
         else:
             q_next = draft_probs[rows, at].float()  # [B, V]
         residual = (p_next - q_next).clamp_min(0.0)
