@@ -11,7 +11,7 @@ import os
 import platform
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,7 @@ class _Plan:
     max_new_tokens: int
     max_model_len: int
     backend: str
+    rule: Callable[..., Any] | None  # the acceptance rule for T > 0 (None = verify.rejection_sample)
 
 
 def available_strategies() -> list[str]:
@@ -124,9 +125,10 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
     max_len = c.get("max_model_len")
     if not isinstance(max_len, int) or max_len < 2:
         raise ConfigError(f"max_model_len={max_len!r}; allowed: an integer >= 2")
+    rule = _acceptance_rule(device, e.get("triton_verify", "auto"))
     prompts = load_prompts(c["dataset"])
     return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], batch_size,
-                 max_new, max_len, backend)
+                 max_new, max_len, backend, rule)
 
 
 def _eos_ids(model: LoadedModel) -> set[int]:
@@ -137,6 +139,21 @@ def _eos_ids(model: LoadedModel) -> set[int]:
         elif isinstance(source, (list, tuple)):
             ids.update(int(i) for i in source)
     return ids
+
+
+def _acceptance_rule(device: torch.device, setting: str | bool):
+    """The Triton rejection sampler on CUDA (bit-identical to the torch reference), else the reference."""
+    if setting not in ("auto", True, False):
+        raise unknown("engine.triton_verify", setting, ["auto", "true", "false"])
+    if setting is False or device.type != "cuda":
+        return None
+    from specbench.kernels.rejection import rejection_sample_triton, triton_available
+
+    if triton_available(device):
+        return rejection_sample_triton
+    if setting is True:
+        raise ConfigError("engine.triton_verify=true but triton is not available on this machine")
+    return None
 
 
 def _decode(engine: Engine, prompts: list[list[int]], batch_size: int, desc: str) -> tuple[list[RowResult], list[BatchTiming]]:
@@ -211,7 +228,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     eos = set() if (cfg.get("engine") or {}).get("ignore_eos", False) else _eos_ids(target)
 
     def engine_for(prop: Proposer) -> Engine:
-        return Engine(target_runner, prop, Verifier(p.sampling, p.device), max_new_tokens=p.max_new_tokens,
+        return Engine(target_runner, prop, Verifier(p.sampling, p.device, rule=p.rule), max_new_tokens=p.max_new_tokens,
                       eos_ids=eos, device=p.device)
 
     engines = {"strategy": engine_for(proposer)}
@@ -219,7 +236,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
         engines = {"baseline": engine_for(TargetOnly(ctx)), **engines}
     if (cfg.get("engine") or {}).get("warmup", True):
         for engine in engines.values():  # allocator, kernels and caches warm, untimed
-            Engine(engine.target, engine.proposer, Verifier(p.sampling, p.device), max_new_tokens=min(8, p.max_new_tokens),
+            Engine(engine.target, engine.proposer, Verifier(p.sampling, p.device, rule=p.rule), max_new_tokens=min(8, p.max_new_tokens),
                    eos_ids=set(), device=p.device).generate(token_ids[: p.batch_size])
 
     rows: dict[str, list[RowResult]] = {}
