@@ -21,12 +21,14 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from specbench.data import Prompt, check_prompt_lengths, encode_prompt, load_prompts
+from specbench.data.images import encode_mm_prompts, mm_images
 from specbench.engine import BatchTiming, Engine, RowResult
 from specbench.errors import ConfigError, unknown
 from specbench.logging import make_logger, results_table, write_json_atomic, write_jsonl_atomic
 from specbench.metrics import exact_match, prompt_metrics, speedup, summarize
 from specbench.models.loading import DTYPES, LoadedModel, ModelSpec, load_model, resolve_spec, suggested_draft
-from specbench.models.runner import BACKENDS, make_runner
+from specbench.models.multimodal import image_processor_for, make_vlm_aware_runner
+from specbench.models.runner import BACKENDS
 from specbench.strategies.base import BuildContext, Proposer, raise_if_vocab_too_large
 from specbench.strategies.none import TargetOnly
 from specbench.verify import SamplingParams, Verifier
@@ -156,13 +158,15 @@ def _acceptance_rule(device: torch.device, setting: str | bool):
     return None
 
 
-def _decode(engine: Engine, prompts: list[list[int]], batch_size: int, desc: str) -> tuple[list[RowResult], list[BatchTiming]]:
+def _decode(engine: Engine, prompts: list[list[int]], batch_size: int, desc: str,
+            mm_inputs: list[dict | None] | None = None) -> tuple[list[RowResult], list[BatchTiming]]:
     rows: list[RowResult] = []
     timings: list[BatchTiming] = []
     total = len(prompts) * engine.max_new_tokens
     with tqdm(total=total, desc=desc, unit="tok", dynamic_ncols=True, mininterval=1.0) as bar:
         for start in range(0, len(prompts), batch_size):
-            batch_rows, timing = engine.generate(prompts[start : start + batch_size], on_step=bar.update)
+            batch_mm = None if mm_inputs is None else mm_inputs[start : start + batch_size]
+            batch_rows, timing = engine.generate(prompts[start : start + batch_size], on_step=bar.update, mm_inputs=batch_mm)
             rows.extend(batch_rows)
             timings.append(timing)
             bar.total = bar.n + (len(prompts) - len(rows)) * engine.max_new_tokens  # rows can stop early at EOS
@@ -216,11 +220,15 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     draft = None
     if p.draft is not None:
         draft = target if p.draft == p.target else load_model(p.draft, p.device, p.dtype)
-    token_ids = [encode_prompt(pr, target.tokenizer) for pr in p.prompts]
+    mm_inputs: list[dict | None] | None = None  # per prompt: pixel values and grid sizes for a VLM target
+    if any(mm_images(pr) for pr in p.prompts):
+        token_ids, mm_inputs = encode_mm_prompts(p.prompts, target.tokenizer, image_processor_for(target), target.model.config)
+    else:
+        token_ids = [encode_prompt(pr, target.tokenizer) for pr in p.prompts]
     k = int(p.strategy_cfg.get("k") or 0)
     check_prompt_lengths(p.prompts, token_ids, p.max_model_len, p.max_new_tokens, extra=k + 1)
 
-    target_runner = make_runner(target.model, p.backend)
+    target_runner = make_vlm_aware_runner(target.model, p.backend)
     ctx = BuildContext(target=target, target_runner=target_runner, draft=draft, sampling=p.sampling,
                        device=p.device, backend=p.backend)
     options = {key: v for key, v in p.strategy_cfg.items() if key != "_target_"}
@@ -237,14 +245,15 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     if (cfg.get("engine") or {}).get("warmup", True):
         for engine in engines.values():  # allocator, kernels and caches warm, untimed
             Engine(engine.target, engine.proposer, Verifier(p.sampling, p.device, rule=p.rule), max_new_tokens=min(8, p.max_new_tokens),
-                   eos_ids=set(), device=p.device).generate(token_ids[: p.batch_size])
+                   eos_ids=set(), device=p.device).generate(token_ids[: p.batch_size],
+                                                            mm_inputs=mm_inputs[: p.batch_size] if mm_inputs else None)
 
     rows: dict[str, list[RowResult]] = {}
     summaries: dict[str, Any] = {}
     per_prompt: dict[str, list[dict[str, Any]]] = {}
     for side, engine in engines.items():
         label = "none" if side == "baseline" else p.strategy_cfg.get("name", side)
-        rows[side], timings = _decode(engine, token_ids, p.batch_size, desc=label)
+        rows[side], timings = _decode(engine, token_ids, p.batch_size, desc=label, mm_inputs=mm_inputs)
         per_prompt[side] = [prompt_metrics(r) for r in rows[side]]
         summaries[side] = summarize(per_prompt[side], timings)
 

@@ -206,6 +206,18 @@ def _hf(opts: DatasetConfig) -> Iterator[Prompt]:
         yield _row_prompt(row, where, opts.hf_field, "dataset.hf_field", opts.turn, default_id=str(i))
 
 
+def _images(opts: DatasetConfig) -> Iterator[Prompt]:
+    from specbench.data.images import images_source
+
+    return images_source(opts)
+
+
+def _mmstar(opts: DatasetConfig) -> Iterator[Prompt]:
+    from specbench.data.images import mmstar_source
+
+    return mmstar_source(opts)
+
+
 SOURCES: dict[str, Callable[[DatasetConfig], Iterator[Prompt]]] = {
     "mt-bench": _mt_bench,
     "humaneval": _humaneval,
@@ -213,6 +225,8 @@ SOURCES: dict[str, Callable[[DatasetConfig], Iterator[Prompt]]] = {
     "jsonl": _jsonl,
     "hf": _hf,
     "builtin": _builtin,
+    "images": _images,
+    "mmstar": _mmstar,
 }
 
 

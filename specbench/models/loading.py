@@ -76,7 +76,7 @@ def resolve_spec(cfg: Mapping[str, Any], role: str) -> ModelSpec:
         raise unknown(f"{role} model", name, PRESETS,
                       hint=f"Or give {role}.path=<hub id, local directory or .gguf file>")
     preset = PRESETS[name]
-    common["vocab_size"] = preset.arch.get("vocab_size")
+    common["vocab_size"] = preset.arch.get("vocab_size") or preset.arch.get("text_config", {}).get("vocab_size")
     if source == "random" or preset.source == "random":
         return ModelSpec(name=name, source="random", arch=preset.arch, **common)
     if preset.source == "hub":
@@ -130,11 +130,11 @@ class LoadedModel:
 
 def load_model(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype) -> LoadedModel:
     """Load weights and tokenizer for `spec` onto `device` in `dtype`."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if spec.source == "random":
         model = _random_model(spec, dtype, device)
-        tokenizer: Any = ByteTokenizer(model.config.vocab_size)
+        tokenizer: Any = ByteTokenizer(int(model.get_output_embeddings().weight.shape[0]))  # VLM configs nest vocab_size
     elif spec.source == "preset":
         directory = _smollm2_dir()
         model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
@@ -145,24 +145,31 @@ def load_model(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype) 
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     else:  # hub id or local directory
         kw = dict(trust_remote_code=spec.trust_remote_code, revision=spec.revision)
-        model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=dtype, **kw)
+        model = _auto_class(AutoConfig.from_pretrained(spec.path, **kw)).from_pretrained(spec.path, dtype=dtype, **kw)
         tokenizer = AutoTokenizer.from_pretrained(spec.path, **kw)
     model = model.to(device=device, dtype=dtype).eval()
     model.requires_grad_(False)
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer)
 
 
+def _auto_class(config: Any) -> Any:
+    """transformers' auto class for a config: VLMs (a vision_config) are image-text-to-text models."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText if getattr(config, "vision_config", None) is not None else AutoModelForCausalLM
+
+
 def _random_model(spec: ModelSpec, dtype: torch.dtype, device: torch.device | str) -> nn.Module:
     """Random weights of a named architecture, initialised directly on `device` (an 8B model on a GPU
     in seconds). The same init_seed gives the same weights on the same device type."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     arch = dict(spec.arch or {})
     model_type = arch.pop("model_type")
     config = AutoConfig.for_model(model_type, **arch)
     torch.manual_seed(spec.init_seed)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model = _auto_class(config).from_config(config, dtype=dtype)
     return model
 
 

@@ -13,22 +13,9 @@ from typing import Any
 
 import torch
 
-from specbench.errors import ConfigError
-from specbench.models.runner import make_runner
+from specbench.models.multimodal import make_draft_runner, raise_if_tokenizers_disagree
 from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer, raise_if_vocab_too_large
 from specbench.verify import Verdict, logits_to_probs, sample_from
-
-
-def raise_if_tokenizers_differ(draft_tok: Any, target_tok: Any, draft_name: str, target_name: str) -> None:
-    probe = "Speculative decoding, 2 + 2 = 4. def f(x):\n    return x"
-    if draft_tok is target_tok or draft_tok is None or target_tok is None:
-        return
-    a, b = draft_tok(probe)["input_ids"], target_tok(probe)["input_ids"]
-    if a != b:
-        raise ConfigError(
-            f"draft {draft_name!r} and target {target_name!r} tokenize the same text differently "
-            f"({a[:8]}... vs {b[:8]}...); draft_model needs a shared tokenizer"
-        )
 
 
 class DraftModelProposer(Proposer):
@@ -41,8 +28,9 @@ class DraftModelProposer(Proposer):
         super().__init__(ctx, k, name, **options)
         assert ctx.draft is not None, "run() loads the draft for strategies with needs_draft_model"
         raise_if_vocab_too_large(ctx.draft.vocab_size, ctx.target.vocab_size, ctx.draft.spec.label, ctx.target.spec.label)
-        raise_if_tokenizers_differ(ctx.draft.tokenizer, ctx.target.tokenizer, ctx.draft.spec.label, ctx.target.spec.label)
-        self.runner = make_runner(ctx.draft.model, ctx.backend)
+        raise_if_tokenizers_disagree(ctx.draft.tokenizer, ctx.target.tokenizer, ctx.draft.spec.label, ctx.target.spec.label)
+        # chosen from the DRAFT's own config: a VLM draft gets images (begin_batch), a text draft plain positions
+        self.runner = make_draft_runner(ctx.draft.model, ctx.backend)
         self.device = ctx.device
         self.generator = torch.Generator(device=ctx.device)
         self.generator.manual_seed(ctx.sampling.seed + 1)  # the draft's noise is independent of the verifier's

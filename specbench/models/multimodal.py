@@ -1,0 +1,281 @@
+"""Vision-language targets and drafts: a runner that keeps images and 3-D M-RoPE positions per row.
+
+The engine stays text-only: its positions are slot indices (0..len-1 per row) and it sees only
+token ids, image placeholders included as ordinary ids. What a VLM needs beyond that lives here.
+`VLMRunner.begin_batch(prompts, mm_inputs)` runs the vision encoder once per image-bearing row and
+keeps, per row, (1) which prompt slots hold image placeholder tokens and their image embeddings,
+and (2) the row's M-RoPE position ids [3, L] from the model's own rope-index function, computed for
+that row alone (never broadcast from row 0), plus its rope delta. A token at slot s past the
+prompt (generated or drafted) sits at position s + delta in all three components, as in
+transformers' generate. Text-only rows get plain sequential positions in all three.
+
+Every forward embeds the row's slot history and overwrites the image slots with the cached image
+embeddings (by slot, not by token id: a generated id equal to the image token id is an ordinary
+token), then runs the language model over the prefix (recompute, like TransformersRunner: exact
+and O(length) per call; meant for correctness and for tiny models, not for speed figures).
+
+Traps avoided (the vLLM draft-model pull request for multimodal targets): whether a model is
+multimodal is decided from its own config (`make_vlm_aware_runner` over the draft's own model),
+positions are per row, a text draft keeps its own sequential 1-D positions (it never goes through
+this runner), and a VLM draft gets the images and its own 3-D positions, height/width included.
+
+Covered: Qwen2-VL, Qwen2.5-VL and Qwen3-VL (whose DeepStack features are re-added to the image
+slots' hidden states in the first decoder layers, as transformers does).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from specbench.errors import ConfigError, unknown
+from specbench.models.decoder import ForwardOutput
+from specbench.models.runner import BACKENDS, DecoderRunner, TransformersRunner, make_runner
+
+# model_type of the M-RoPE VLMs this runner drives (their rope index and image features)
+MROPE_VLMS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+
+
+def is_multimodal(config: Any) -> bool:
+    """Whether a model is a VLM, from ITS OWN config (a draft is judged by the draft's config)."""
+    return getattr(config, "vision_config", None) is not None
+
+
+def raise_if_unsupported_vlm(config: Any) -> None:
+    if is_multimodal(config) and config.model_type not in MROPE_VLMS:
+        raise ConfigError(
+            f"model_type {config.model_type!r} is a vision-language model that specbench's VLMRunner does not cover; "
+            f"allowed: {', '.join(MROPE_VLMS)}. Use one of those, or a text-only model"
+        )
+
+
+def make_vlm_aware_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None
+                          ) -> VLMRunner | DecoderRunner | TransformersRunner:
+    """VLMRunner when the model's own config is a VLM, else `runner.make_runner` (our decoder or transformers)."""
+    if not is_multimodal(hf_model.config):
+        return make_runner(hf_model, backend, num_layers)
+    raise_if_unsupported_vlm(hf_model.config)
+    if backend not in BACKENDS:
+        raise unknown("engine.backend", backend, BACKENDS)
+    if backend == "native":
+        raise ConfigError(
+            f"engine.backend=native but {hf_model.config.model_type!r} is a vision-language model, which our decoder "
+            f"does not run; use engine.backend=auto or transformers (VLMRunner)"
+        )
+    if num_layers is not None:
+        raise ConfigError("a truncated vision-language model (num_layers) is not supported; use a text model for layer-skip")
+    return VLMRunner(hf_model)
+
+
+class OutOfVocabGuard:
+    """A draft runner that maps ids outside its own vocabulary to `fallback_id` before each forward.
+
+    A draft with a smaller vocabulary than the target's (Qwen3-0.6B 151936 < Qwen2.5-VL 152064) still
+    has to ingest every committed token, and the target may emit an id the draft cannot embed. The
+    draft only proposes; what it reads for such an id changes its guesses, never the output (the
+    target verifies, and the draft's q is zero there). Everything else is the wrapped runner's.
+    """
+
+    def __init__(self, runner: Any, fallback_id: int = 0) -> None:
+        self.runner = runner
+        self.fallback_id = fallback_id
+
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, *args: Any, **kwargs: Any) -> ForwardOutput:
+        tokens = tokens.masked_fill(tokens >= self.runner.vocab_size, self.fallback_id)  # [B, T]
+        return self.runner(tokens, positions, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # allocate, vocab_size, begin_batch (only if the runner has it) ...
+        return getattr(self.__dict__["runner"], name)
+
+
+def make_draft_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None) -> OutOfVocabGuard:
+    """The draft's runner, chosen from the DRAFT's own config, guarded against target-only ids."""
+    pad = getattr(getattr(hf_model.config, "text_config", hf_model.config), "pad_token_id", None)
+    runner = make_vlm_aware_runner(hf_model, backend, num_layers)
+    return OutOfVocabGuard(runner, pad if isinstance(pad, int) and 0 <= pad < runner.vocab_size else 0)
+
+
+def raise_if_tokenizers_disagree(draft_tok: Any, target_tok: Any, draft_name: str, target_name: str) -> None:
+    """Refuse a draft whose tokenizer maps a shared id (< both tokenizers' sizes) to a different token.
+
+    Drafting with a smaller vocabulary is lossless only if every id the draft emits means the same
+    token to the target. Tokenizers without an id -> token table (the byte stand-in of random
+    presets) are not compared.
+    """
+    if draft_tok is target_tok or not all(hasattr(t, "convert_ids_to_tokens") for t in (draft_tok, target_tok)):
+        return
+    n = min(len(draft_tok), len(target_tok))
+    ids = list(range(n))
+    a, b = draft_tok.convert_ids_to_tokens(ids), target_tok.convert_ids_to_tokens(ids)
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            raise ConfigError(
+                f"draft {draft_name!r} and target {target_name!r} tokenizers disagree on id {i}: draft has {x!r}, "
+                f"target has {y!r} (first of the {n} shared ids to differ); draft_model needs the same token for every "
+                f"shared id. Pick a draft of the target's tokenizer family (e.g. Qwen3 for Qwen2.5-VL / Qwen3-VL)"
+            )
+
+
+def image_processor_for(model: Any) -> Any | None:
+    """The image processor of a loaded model (specbench.models.loading.LoadedModel); None for a text model.
+
+    Hub ids and local directories load their own (AutoImageProcessor); random-weight presets get
+    Qwen2-VL's processor with the config's patch and merge sizes, at most 256 patches per image.
+    """
+    config = model.model.config
+    if not is_multimodal(config):
+        return None
+    spec = model.spec
+    if spec.source in ("hub", "local"):
+        from transformers import AutoImageProcessor
+
+        return AutoImageProcessor.from_pretrained(spec.path, trust_remote_code=spec.trust_remote_code, revision=spec.revision)
+    import transformers
+
+    vision = config.vision_config
+    cls = getattr(transformers, "Qwen2VLImageProcessorPil", None) or transformers.Qwen2VLImageProcessor  # no torchvision needed
+    side = vision.patch_size * vision.spatial_merge_size
+    return cls(patch_size=vision.patch_size, merge_size=vision.spatial_merge_size, temporal_patch_size=vision.temporal_patch_size,
+               min_pixels=side * side, max_pixels=256 * vision.patch_size**2)
+
+
+@dataclass
+class _RowVision:
+    """One image-bearing row: where its image tokens sit and what they are."""
+
+    slots: torch.Tensor  # [N] int64, prompt slots holding image placeholder tokens (ascending)
+    embeds: torch.Tensor  # [N, H] image embeddings, in placeholder order
+    deepstack: list[torch.Tensor] = field(default_factory=list)  # Qwen3-VL: [N, H] per injected layer
+
+
+class VLMRunner(nn.Module):
+    """A transformers M-RoPE VLM behind the runner interface (allocate, forward, vocab_size, device,
+    max_len) plus `begin_batch(prompts, mm_inputs)`. Slot == position index, as everywhere."""
+
+    def __init__(self, hf_model: nn.Module) -> None:
+        super().__init__()
+        raise_if_unsupported_vlm(hf_model.config)
+        self.hf_model = hf_model
+        self.config = hf_model.config
+        self.core = hf_model.model  # Qwen*VLModel: visual, language_model, get_rope_index, get_image_features
+        self.language_model = self.core.language_model
+        self.image_token_id = int(self.config.image_token_id)
+        self.history: torch.Tensor | None = None  # [B, S] int64 tokens by slot
+        self.position_ids: torch.Tensor | None = None  # [3, B, S] int64 M-RoPE positions by slot
+        self.rope_deltas: list[int] = []  # [B] position - slot past each row's prompt
+        self.rows: list[_RowVision | None] = []
+        self.encoder_calls = 0  # vision-encoder forwards since construction (one per distinct image input)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.hf_model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.hf_model.parameters()).device
+
+    @property
+    def max_len(self) -> int:
+        return 0 if self.history is None else self.history.shape[1]
+
+    def allocate(self, batch_size: int, max_len: int) -> None:
+        dev = self.device
+        self.history = torch.zeros((batch_size, max_len), dtype=torch.long, device=dev)
+        self.position_ids = torch.arange(max_len, device=dev).expand(3, batch_size, max_len).clone()
+        self.rope_deltas = [0] * batch_size
+        self.rows = [None] * batch_size
+
+    # -- per batch: images and positions ----------------------------------------------------------
+
+    @torch.inference_mode()
+    def begin_batch(self, prompts: list[list[int]], mm_inputs: list[dict | None] | None) -> None:
+        """Encode each image-bearing row's images once and fix every row's M-RoPE positions."""
+        assert self.history is not None and len(prompts) == self.history.shape[0], "allocate(batch_size, ...) first"
+        if mm_inputs is None:
+            mm_inputs = [None] * len(prompts)
+        if len(mm_inputs) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(mm_inputs)} mm_inputs (one dict or None per prompt)")
+        dev, s = self.device, self.max_len
+        encoded: dict[int, tuple[torch.Tensor, list[torch.Tensor]]] = {}  # id(mm) -> features: rows sharing inputs encode once
+        for b, (ids, mm) in enumerate(zip(prompts, mm_inputs)):
+            self.rows[b] = None
+            self.rope_deltas[b] = 0
+            self.position_ids[:, b] = torch.arange(s, device=dev)
+            if not mm or mm.get("pixel_values") is None:
+                continue  # text-only row: sequential positions in all three components
+            grid = torch.as_tensor(mm["image_grid_thw"], device=dev).reshape(-1, 3)  # [n_images, 3]
+            ids_t = torch.tensor(ids, dtype=torch.long, device=dev)  # [L]
+            slots = (ids_t == self.image_token_id).nonzero()[:, 0]  # [N]
+            if id(mm) not in encoded:
+                encoded[id(mm)] = self._encode_images(mm["pixel_values"], grid)
+            embeds, deepstack = encoded[id(mm)]
+            if slots.numel() != embeds.shape[0]:
+                raise ConfigError(
+                    f"row {b}: the prompt has {slots.numel()} image placeholder tokens (id {self.image_token_id}) but its "
+                    f"{grid.shape[0]} image(s) (grid_thw {grid.tolist()}) give {embeds.shape[0]} embeddings; encode "
+                    f"prompts with specbench.data.images.encode_mm_prompt and the target's own image processor"
+                )
+            positions, delta = self.rope_index(ids_t, grid)
+            plen = len(ids)
+            self.position_ids[:, b, :plen] = positions
+            self.position_ids[:, b, plen:] = torch.arange(plen, s, device=dev) + delta  # text continuation
+            self.rope_deltas[b] = delta
+            self.rows[b] = _RowVision(slots=slots, embeds=embeds, deepstack=deepstack)
+
+    def _encode_images(self, pixel_values: torch.Tensor, grid: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Image embeddings [N, H] of one row's images (concatenated in order) and DeepStack features."""
+        self.encoder_calls += 1
+        out = self.core.get_image_features(torch.as_tensor(pixel_values, device=self.device), grid)
+        if isinstance(out, tuple):  # older transformers: (embeds, deepstack) or embeds
+            pooled, deepstack = (out[0], out[1]) if len(out) == 2 and isinstance(out[1], list) else (out, [])
+        else:
+            pooled, deepstack = out.pooler_output, getattr(out, "deepstack_features", None) or []
+        cat = lambda x: torch.cat(list(x), dim=0) if isinstance(x, (list, tuple)) else x  # noqa: E731
+        return cat(pooled), [cat(f) for f in deepstack]
+
+    def rope_index(self, ids: torch.Tensor, grid: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """One row's M-RoPE positions [3, L] and rope delta, from the model's own get_rope_index."""
+        fn = self.core.get_rope_index
+        kwargs: dict[str, Any] = {"image_grid_thw": grid, "attention_mask": torch.ones_like(ids)[None]}
+        if "mm_token_type_ids" in inspect.signature(fn).parameters:  # transformers >= 5: modality per token
+            kwargs["mm_token_type_ids"] = (ids == self.image_token_id).int()[None]
+        positions, deltas = fn(ids[None], **kwargs)
+        return positions[:, 0], int(deltas.reshape(-1)[0])
+
+    # -- forward ---------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, attn_len: int | None = None,
+                logits_at: torch.Tensor | None = None, want_hidden: bool = False,
+                hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
+        """tokens, positions: [B, T] (positions are slots); logits [B, T', V] at `logits_at` columns [B, T']."""
+        assert self.history is not None, "call allocate() first"
+        s = self.max_len if attn_len is None else attn_len
+        self.history.scatter_(1, positions, tokens)
+        embeds = self.language_model.get_input_embeddings()(self.history[:, :s])  # [B, S, H]
+        extra: dict[str, Any] = {}
+        visual_mask = torch.zeros(embeds.shape[:2], dtype=torch.bool, device=embeds.device)  # [B, S]
+        deep: list[list[torch.Tensor]] = []
+        for b, row in enumerate(self.rows):
+            if row is None:
+                continue
+            keep = row.slots < s
+            embeds[b, row.slots[keep]] = row.embeds[keep].to(embeds.dtype)
+            visual_mask[b, row.slots[keep]] = True
+            deep.append([f[keep] for f in row.deepstack])
+        if deep and deep[0]:  # Qwen3-VL DeepStack: features added to image slots after the first layers
+            extra = {"visual_pos_masks": visual_mask,
+                     "deepstack_visual_embeds": [torch.cat(per_layer, dim=0) for per_layer in zip(*deep)]}
+        out = self.language_model(inputs_embeds=embeds, position_ids=self.position_ids[:, :, :s], use_cache=False,
+                                  output_hidden_states=bool(hidden_layers), **extra)
+        cols = positions if logits_at is None else positions.gather(1, logits_at)  # [B, T']
+        last = out.last_hidden_state  # [B, S, H] after the final norm
+        pick = lambda h, c: h.gather(1, c[..., None].expand(-1, -1, h.shape[-1]))  # noqa: E731
+        logits = self.hf_model.lm_head(pick(last, cols)).float()
+        hidden = pick(last, positions) if want_hidden else None
+        layer_hidden = [pick(out.hidden_states[i + 1], positions) for i in hidden_layers]
+        return ForwardOutput(logits=logits, hidden=hidden, layer_hidden=layer_hidden)
