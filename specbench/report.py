@@ -1,0 +1,402 @@
+"""`python -m specbench.report <dir> [<dir> ...] [--out <dir>]`: one table and plots over many jobs.
+
+Every results.json found under the given directories (Hydra multirun sweeps, single runs, or
+folders of them) becomes one row: strategy, its settings, k, sampling, models, dataset, acceptance
+length and rate, mean TPOT of the baseline and the strategy, speedup and the T = 0 exact-match
+count. Written to <out>/report.md and report.csv (and printed), with PNG plots: acceptance length
+vs k and speedup vs k (one line per strategy, one panel per temperature) and per-position
+acceptance at each strategy's largest k. When the jobs' prompt sets have categories (MT-Bench,
+Spec-Bench), report.md also holds per-category acceptance length and speedup tables (rows = jobs,
+columns = categories), and report_by_category.csv the same in long form.
+
+A job directory without results.json (a crashed or unfinished job: run() writes results.json last)
+is counted and listed, and a results.json that does not parse is listed with its error; neither
+stops the report. Job directories are those holding Hydra's `.hydra/` folder, outputs.jsonl or
+results.json, and every subdirectory of a sweep directory (one holding multirun.yaml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+COLUMNS = ("job", "strategy", "settings", "k", "temperature", "top_k", "top_p", "target", "draft", "dataset",
+           "n_prompts", "batch_size", "acceptance_length", "acceptance_rate", "tpot_baseline_ms", "tpot_strategy_ms",
+           "speedup", "exact_match", "per_position_acceptance", "tpot_baseline_ms_median", "tpot_strategy_ms_median",
+           "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens")
+# shown in report.md only when they differ between jobs (always in report.csv)
+_COLLAPSIBLE = ("top_k", "top_p", "batch_size")
+_CSV_ONLY = ("per_position_acceptance", "tpot_baseline_ms_median", "tpot_strategy_ms_median", "tpot_strategy_ms_p90",
+             "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens")
+# strategy settings that are not the strategy's own options
+_NOT_SETTINGS = ("_target_", "name", "k")
+
+
+@dataclass
+class Job:
+    path: Path  # the job directory
+    label: str  # short, unique name: the path under its root, Hydra's override suffix dropped
+    results: dict[str, Any]
+    row: dict[str, Any]
+
+
+@dataclass
+class Collected:
+    jobs: list[Job] = field(default_factory=list)
+    missing: list[Path] = field(default_factory=list)  # job directories without results.json
+    unreadable: list[tuple[Path, str]] = field(default_factory=list)  # results.json that did not parse, and why
+
+
+@dataclass
+class ReportFiles:
+    out_dir: Path
+    markdown: Path
+    csv: Path
+    plots: list[Path]
+    by_category_csv: Path | None
+    text: str  # what was printed
+    collected: Collected
+
+
+def _get(d: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(key)
+    return d
+
+
+def _job_dirs(root: Path) -> set[Path]:
+    dirs: set[Path] = set()
+    for marker in (".hydra", "outputs.jsonl", "results.json"):
+        dirs.update(p.parent for p in root.rglob(marker))
+    for sweep in root.rglob("multirun.yaml"):
+        dirs.update(p for p in sweep.parent.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if (root / "multirun.yaml").exists():
+        dirs.discard(root)
+    return dirs
+
+
+def _label(job_dir: Path, root: Path, several_roots: bool) -> str:
+    rel = job_dir.relative_to(root) if job_dir != root else Path(job_dir.name)
+    parts = list(rel.parts)
+    if parts:
+        parts[-1] = re.sub(r"^(\d+)_.*$", r"\1", parts[-1])  # Hydra's "<num>_<overrides>" -> "<num>"
+    label = "/".join(parts) or job_dir.name
+    return f"{root.name}/{label}" if several_roots else label
+
+
+def settings_of(results: Mapping[str, Any]) -> str:
+    """The strategy's own options (num_layers, min_n ...) from the job's config, as `key=value` pairs."""
+    cfg = _get(results, "config", "strategy")
+    if not isinstance(cfg, Mapping):
+        return ""
+    return " ".join(f"{key}={value}" for key, value in sorted(cfg.items()) if key not in _NOT_SETTINGS)
+
+
+def job_row(results: Mapping[str, Any], label: str) -> dict[str, Any]:
+    """One table row from a results.json (missing fields become None)."""
+    run = results.get("run") or {}
+    em = results.get("exact_match")
+    per_pos = _get(results, "strategy", "per_position_acceptance") or []
+    return {
+        "job": label,
+        "strategy": run.get("strategy"),
+        "settings": settings_of(results),
+        "k": run.get("k"),
+        "temperature": run.get("temperature"),
+        "top_k": run.get("top_k"),
+        "top_p": run.get("top_p"),
+        "target": run.get("target"),
+        "draft": run.get("draft"),
+        "dataset": run.get("dataset"),
+        "n_prompts": run.get("n_prompts"),
+        "batch_size": run.get("batch_size"),
+        "acceptance_length": _get(results, "strategy", "acceptance_length"),
+        "acceptance_rate": _get(results, "strategy", "acceptance_rate"),
+        "tpot_baseline_ms": _get(results, "baseline", "tpot_ms", "mean"),
+        "tpot_strategy_ms": _get(results, "strategy", "tpot_ms", "mean"),
+        "speedup": _get(results, "speedup", "speedup"),
+        "exact_match": f"{em['equal']}/{em['n']}" if isinstance(em, Mapping) and "equal" in em else None,
+        "per_position_acceptance": " ".join(f"{a:.3f}" for a in per_pos if isinstance(a, (int, float))),
+        "tpot_baseline_ms_median": _get(results, "baseline", "tpot_ms", "median"),
+        "tpot_strategy_ms_median": _get(results, "strategy", "tpot_ms", "median"),
+        "tpot_strategy_ms_p90": _get(results, "strategy", "tpot_ms", "p90"),
+        "speedup_per_prompt_median": _get(results, "speedup", "per_prompt", "median"),
+        "speedup_per_prompt_p90": _get(results, "speedup", "per_prompt", "p90"),
+        "output_tokens": _get(results, "strategy", "output_tokens"),
+    }
+
+
+def collect(roots: Sequence[Path | str], exclude: Sequence[Path | str] = ()) -> Collected:
+    """Read every results.json under `roots`; list job directories without one and files that do not parse.
+
+    `exclude`: directories that are not jobs even inside a sweep (the report's own output folder).
+    """
+    roots = [Path(r) for r in roots]
+    out = Collected()
+    seen: set[Path] = {Path(e).resolve() for e in exclude}
+    for root in roots:
+        if not root.is_dir():
+            out.unreadable.append((root, "not a directory"))
+            continue
+        for job_dir in sorted(_job_dirs(root)):
+            if job_dir.resolve() in seen:
+                continue
+            seen.add(job_dir.resolve())
+            path = job_dir / "results.json"
+            if not path.exists():
+                out.missing.append(job_dir)
+                continue
+            try:
+                results = json.loads(path.read_text())
+                if not isinstance(results, dict) or not isinstance(results.get("run"), dict):
+                    raise ValueError("no 'run' section: not a specbench results.json")
+                if not isinstance(results.get("strategy"), dict):
+                    raise ValueError("no 'strategy' section")
+                label = _label(job_dir, root, len(roots) > 1)
+                out.jobs.append(Job(job_dir, label, results, job_row(results, label)))
+            except (OSError, ValueError, TypeError, KeyError) as e:  # JSONDecodeError is a ValueError
+                out.unreadable.append((path, f"{type(e).__name__}: {e}"))
+    out.jobs.sort(key=lambda j: tuple(_sort_key(j.row.get(c)) for c in
+                                      ("target", "dataset", "strategy", "settings", "temperature", "top_k", "top_p", "k", "job")))
+    return out
+
+
+def _sort_key(v: Any) -> tuple[int, Any]:
+    if v is None:
+        return (2, "")
+    return (0, v) if isinstance(v, (int, float)) else (1, str(v))
+
+
+# --- tables ------------------------------------------------------------------------------------
+
+
+def _fmt(v: Any) -> str:
+    """Numbers to 3 decimals with trailing zeros dropped (T=0 reads "0", AL 2.5 reads "2.5"); None -> "-"."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}".rstrip("0").rstrip(".") if abs(v) < 100 else f"{v:.1f}"
+    return str(v) if str(v) else "-"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in header]] + [[_fmt(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in cells[1:]])
+
+
+def _markdown_columns(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], dict[str, Any]]:
+    """Columns for report.md, and the collapsed ones' common values."""
+    constant = {c: rows[0][c] for c in _COLLAPSIBLE if rows and len({repr(r[c]) for r in rows}) == 1}
+    return [c for c in COLUMNS if c not in constant and c not in _CSV_ONLY], constant
+
+
+def _csv_text(header: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(header), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in header})
+    return buf.getvalue()
+
+
+def _job_title(job: Job) -> str:
+    r = job.row
+    extra = f" {r['settings']}" if r["settings"] else ""
+    return f"{job.label}: {r['strategy']}{extra} k={r['k']} T={_fmt(r['temperature'])}"
+
+
+def category_tables(jobs: Sequence[Job]) -> tuple[str, list[dict[str, Any]]]:
+    """Spec-Bench style: acceptance length and speedup per category (rows = jobs). Markdown + long rows."""
+    with_cats = [j for j in jobs if isinstance(j.results.get("by_category"), Mapping) and j.results["by_category"]]
+    if not with_cats:
+        return "", []
+    cats = sorted({c for j in with_cats for c in j.results["by_category"]})
+    long_rows: list[dict[str, Any]] = []
+    tables = {"acceptance_length": [], "speedup": []}
+    for j in with_cats:
+        by = j.results["by_category"]
+        al_row: list[Any] = [_job_title(j)]
+        sp_row: list[Any] = [_job_title(j)]
+        for c in cats:
+            block = by.get(c) or {}
+            al, sp = _get(block, "strategy", "acceptance_length"), _get(block, "speedup", "speedup")
+            al_row.append(al)
+            sp_row.append(sp)
+            if c in by:
+                long_rows.append({"job": j.label, "strategy": j.row["strategy"], "settings": j.row["settings"],
+                                  "k": j.row["k"], "temperature": j.row["temperature"], "category": c,
+                                  "n_prompts": _get(block, "strategy", "n_prompts"), "acceptance_length": al, "speedup": sp})
+        al_row.append(j.row["acceptance_length"])
+        sp_row.append(j.row["speedup"])
+        tables["acceptance_length"].append(al_row)
+        tables["speedup"].append(sp_row)
+    header = ["job", *cats, "overall"]
+    md = ("## Acceptance length by category\n\n" + markdown_table(header, tables["acceptance_length"])
+          + "\n\n## Speedup by category (baseline TPOT / strategy TPOT)\n\n" + markdown_table(header, tables["speedup"]) + "\n")
+    return md, long_rows
+
+
+# --- plots -------------------------------------------------------------------------------------
+
+
+def _series_key(row: Mapping[str, Any], varying: Sequence[str]) -> str:
+    label = str(row["strategy"]) + (f" ({row['settings']})" if row["settings"] else "")
+    extra = [f"{c}={row[c]}" for c in varying]
+    return label + (" " + " ".join(extra) if extra else "")
+
+
+def _grouped(jobs: Sequence[Job]) -> dict[Any, dict[str, list[Job]]]:
+    """temperature -> series label -> jobs. Series: strategy + settings + whatever else differs between jobs."""
+    context = ("target", "draft", "dataset", "top_k", "top_p", "batch_size")
+    varying = [c for c in context if len({repr(j.row[c]) for j in jobs}) > 1]
+    out: dict[Any, dict[str, list[Job]]] = defaultdict(lambda: defaultdict(list))
+    for j in jobs:
+        out[j.row["temperature"]][_series_key(j.row, varying)].append(j)
+    return out
+
+
+def _panels(n: int, title: str):
+    from matplotlib.figure import Figure  # no pyplot: no global backend state, renders with Agg
+
+    fig = Figure(figsize=(5.2 * n, 4.0), layout="constrained")
+    axes = fig.subplots(1, n, squeeze=False)[0]
+    fig.suptitle(title)
+    return fig, axes
+
+
+def _plot_vs_k(jobs: Sequence[Job], metric: str, ylabel: str, path: Path, ref_line: float | None) -> Path | None:
+    groups = _grouped([j for j in jobs if isinstance(j.row[metric], (int, float)) and isinstance(j.row["k"], int)])
+    if not groups:
+        return None
+    temps = sorted(groups, key=_sort_key)
+    fig, axes = _panels(len(temps), f"{ylabel} vs k")
+    for ax, temp in zip(axes, temps):
+        for label, members in sorted(groups[temp].items()):
+            by_k: dict[int, list[float]] = defaultdict(list)
+            for j in members:
+                by_k[j.row["k"]].append(j.row[metric])
+            ks = sorted(by_k)
+            ax.plot(ks, [sum(by_k[k]) / len(by_k[k]) for k in ks], "o-", label=label)  # mean over repeated jobs
+        if ref_line is not None:
+            ax.axhline(ref_line, color="grey", linestyle="--", linewidth=1)
+        ax.set_title(f"temperature {_fmt(temp)}")
+        ax.set_xlabel("k (draft tokens per step)")
+        ax.set_ylabel(ylabel)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def _plot_per_position(jobs: Sequence[Job], path: Path) -> Path | None:
+    usable = [j for j in jobs if isinstance(_get(j.results, "strategy", "per_position_acceptance"), list)
+              and j.results["strategy"]["per_position_acceptance"]]
+    groups = _grouped(usable)
+    if not groups:
+        return None
+    temps = sorted(groups, key=_sort_key)
+    fig, axes = _panels(len(temps), "per-position acceptance at each strategy's largest k")
+    for ax, temp in zip(axes, temps):
+        for label, members in sorted(groups[temp].items()):
+            top = max(members, key=lambda j: j.row["k"] or 0)
+            per_pos = [a if isinstance(a, (int, float)) else float("nan") for a in top.results["strategy"]["per_position_acceptance"]]
+            ax.plot(range(1, len(per_pos) + 1), per_pos, "o-", label=f"{label} k={top.row['k']}")
+        ax.set_title(f"temperature {_fmt(temp)}")
+        ax.set_xlabel("draft position")
+        ax.set_ylabel("accepted at position / drafts")
+        ax.set_ylim(0, 1.02)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None) -> ReportFiles:
+    """Collect, write report.md / report.csv / plots into `out_dir` (default: the first root) and return them."""
+    roots = [Path(r) for r in roots]
+    out = Path(out_dir) if out_dir is not None else roots[0]
+    out.mkdir(parents=True, exist_ok=True)
+    found = collect(roots, exclude=[out])
+    rows = [j.row for j in found.jobs]
+
+    columns, constant = _markdown_columns(rows)
+    parts = [f"# specbench report: {len(rows)} job{'s' if len(rows) != 1 else ''} from {', '.join(str(r) for r in roots)}", ""]
+    if rows:
+        parts.append(markdown_table(columns, [[r[c] for c in columns] for r in rows]))
+        if constant:
+            parts.append("\nSame in every job: " + ", ".join(f"{c}={_fmt(v)}" for c, v in constant.items()))
+        parts.append("\nacceptance_length = 1 + accepted / drafts (bonus included); TPOT means in ms; "
+                     "speedup = baseline TPOT / strategy TPOT; exact_match = prompts identical to the baseline (T = 0).")
+    else:
+        parts.append("No results.json found.")
+    if found.missing:
+        parts.append(f"\n{len(found.missing)} job director{'ies' if len(found.missing) != 1 else 'y'} without results.json "
+                     "(crashed or unfinished), skipped:")
+        parts += [f"- {p}" for p in found.missing]
+    if found.unreadable:
+        parts.append(f"\n{len(found.unreadable)} unreadable, skipped:")
+        parts += [f"- {p}: {why}" for p, why in found.unreadable]
+    cat_md, cat_rows = category_tables(found.jobs)
+    text = "\n".join(parts) + "\n"
+    if cat_md:
+        text += "\n" + cat_md
+
+    md_path, csv_path = out / "report.md", out / "report.csv"
+    csv_path.write_text(_csv_text(COLUMNS, rows))
+    cat_csv = None
+    if cat_rows:
+        cat_csv = out / "report_by_category.csv"
+        cat_csv.write_text(_csv_text(list(cat_rows[0]), cat_rows))
+    plots: list[Path] = []
+    for name, draw in (
+        ("acceptance_length_vs_k", lambda p: _plot_vs_k(found.jobs, "acceptance_length", "acceptance length", p, None)),
+        ("speedup_vs_k", lambda p: _plot_vs_k(found.jobs, "speedup", "speedup over target-only", p, 1.0)),
+        ("per_position_acceptance", lambda p: _plot_per_position(found.jobs, p)),
+    ):
+        try:
+            written = draw(out / f"{name}.png")
+        except Exception as e:  # noqa: BLE001 - odd values in one file must not cost the whole report
+            text += f"\nplot {name} failed: {type(e).__name__}: {e}\n"
+            continue
+        if written is not None:
+            plots.append(written)
+    if plots:
+        text += "\n## Plots\n\n" + "\n".join(f"![{p.stem}]({p.name})" for p in plots) + "\n"
+    md_path.write_text(text)
+    return ReportFiles(out, md_path, csv_path, plots, cat_csv, text, found)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specbench.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("dirs", nargs="+", type=Path, help="directories to search for results.json (recursively)")
+    parser.add_argument("--out", type=Path, default=None, help="where to write report.md, report.csv and plots "
+                                                               "(default: the first directory)")
+    args = parser.parse_args(argv)
+    files = build_report(args.dirs, args.out)
+    print(files.text)
+    written = [files.markdown, files.csv, *([files.by_category_csv] if files.by_category_csv else []), *files.plots]
+    print("written: " + ", ".join(str(p) for p in written))
+    return 0 if files.collected.jobs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

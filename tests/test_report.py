@@ -1,0 +1,113 @@
+"""specbench.report: tables and plots over a sweep, robust to crashed jobs and bad files.
+
+The grid test uses fake results.json files (hand-written numbers in the schema run() writes);
+the end-to-end test runs a real 2-job Hydra multirun of the ngram strategy on a tiny random model.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from specbench.report import build_report, main
+
+
+def _fake_summary(al: float, k: int, tpot: float) -> dict:
+    drafts = 10 if k else 0
+    return {"n_prompts": 4, "output_tokens": 64, "drafts": drafts, "draft_tokens": drafts * k,
+            "accepted_tokens": round((al - 1) * drafts), "acceptance_length": al,
+            "acceptance_rate": (al - 1) / k if k else None,
+            "per_position_acceptance": [max(0.0, (al - 1) / k - 0.1 * i) for i in range(k)],
+            "tpot_ms": {"mean": tpot, "median": tpot, "p90": tpot, "n": 4}}
+
+
+def fake_results(strategy: str, k: int, temperature: float, al: float, speedup: float) -> dict:
+    """A results.json with made-up numbers, in the schema of specbench.run (only what the report reads)."""
+    base, strat = _fake_summary(1.0, 0, 10.0), _fake_summary(al, k, 10.0 / speedup)
+    by_category = {cat: {"baseline": _fake_summary(1.0, 0, 10.0), "strategy": _fake_summary(al + d, k, 10.0 / (speedup + d)),
+                         "speedup": {"speedup": speedup + d}} for cat, d in (("coding", 0.25), ("writing", -0.25))}
+    return {
+        "run": {"strategy": strategy, "k": k, "target": "fake-target", "draft": "fake-draft", "dataset": "fake-set",
+                "n_prompts": 4, "max_new_tokens": 16, "batch_size": 1, "temperature": temperature, "top_k": 0,
+                "top_p": 1.0, "seed": 0, "dtype": "float32", "lossless": True},
+        "config": {"strategy": {"_target_": "x.Fake", "name": strategy, "k": k, "num_layers": 7}},
+        "environment": {},
+        "baseline": base,
+        "strategy": strat,
+        "speedup": {"speedup": speedup, "per_prompt": {"mean": speedup, "median": speedup, "p90": speedup, "n": 4}},
+        "exact_match": {"equal": 4, "n": 4, "all_equal": True, "first_mismatch_index": None} if temperature == 0 else None,
+        "by_category": by_category,
+    }
+
+
+def _fake_sweep(root: Path) -> None:
+    root.mkdir(parents=True)
+    (root / "multirun.yaml").write_text("fake: true\n")
+    grid = [(1, 0.0, 1.8, 1.3), (3, 0.0, 2.6, 1.7), (1, 1.0, 1.6, 1.2), (3, 1.0, 2.2, 1.5)]  # k x temperature
+    for i, (k, temp, al, sp) in enumerate(grid):
+        job = root / f"{i}_strategy.k={k},sampling.temperature={temp}"
+        (job / ".hydra").mkdir(parents=True)
+        (job / "results.json").write_text(json.dumps(fake_results("fake_skip", k, temp, al, sp)))
+    (root / "4_strategy.k=5/.hydra").mkdir(parents=True)  # a crashed job: Hydra made its directory, run() never finished
+    (root / "5_broken/.hydra").mkdir(parents=True)
+    (root / "5_broken/results.json").write_text('{"run": {"strategy": ')  # truncated
+
+
+def test_fake_grid_table_csv_plots_and_missing_jobs(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    out = sweep / "report"  # inside the sweep: not mistaken for a crashed job
+    _fake_sweep(sweep)
+    assert main([str(sweep), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+
+    with open(out / "report.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 4
+    assert [(r["k"], r["temperature"], r["acceptance_length"], r["speedup"]) for r in rows] == [
+        ("1", "0.0", "1.8", "1.3"), ("3", "0.0", "2.6", "1.7"), ("1", "1.0", "1.6", "1.2"), ("3", "1.0", "2.2", "1.5")]
+    assert rows[0]["exact_match"] == "4/4" and rows[2]["exact_match"] == ""
+    assert rows[0]["settings"] == "num_layers=7" and rows[0]["job"] == "0"
+    assert float(rows[1]["tpot_strategy_ms"]) == 10.0 / 1.7 and rows[1]["tpot_baseline_ms"] == "10.0"
+
+    md = (out / "report.md").read_text()
+    table = md.split("\n\n")[1].splitlines()
+    assert len(table) == 2 + 4  # header, rule, four jobs
+    assert "1 job directory without results.json" in md and "4_strategy.k=5" in md
+    assert "1 unreadable" in md and "5_broken" in md
+    assert "## Acceptance length by category" in md and "coding" in md and "writing" in md
+    assert md.strip() in printed
+    with open(out / "report_by_category.csv") as f:
+        cats = list(csv.DictReader(f))
+    assert len(cats) == 8 and {c["category"] for c in cats} == {"coding", "writing"}
+
+    for name in ("acceptance_length_vs_k.png", "speedup_vs_k.png", "per_position_acceptance.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+
+def test_default_out_dir_and_nothing_found(tmp_path, capsys):
+    (tmp_path / "crashed" / ".hydra").mkdir(parents=True)
+    assert main([str(tmp_path)]) == 1  # no results at all: say so, exit non-zero, still write the (empty) report
+    assert "No results.json found" in capsys.readouterr().out
+    assert (tmp_path / "report.md").exists() and (tmp_path / "report.csv").read_text().startswith("job,strategy")
+    files = build_report([tmp_path])
+    assert files.plots == [] and [p.name for p in files.collected.missing] == ["crashed"]
+
+
+def test_end_to_end_ngram_sweep_then_report(tmp_path):
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "specbench", "-m", "strategy=ngram", "strategy.k=1,2", "target=tiny-llama",
+           "draft=tiny-llama", "dataset=builtin", "dataset.num_prompts=3", "max_new_tokens=8", "logger=none",
+           f"hydra.sweep.dir={sweep}"]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = build_report([sweep])
+    assert files.out_dir == sweep and not files.collected.missing and not files.collected.unreadable
+    rows = [j.row for j in files.collected.jobs]
+    assert [(r["strategy"], r["k"], r["exact_match"], r["n_prompts"]) for r in rows] == [("ngram", 1, "3/3", 3), ("ngram", 2, "3/3", 3)]
+    assert all(r["speedup"] is not None and r["acceptance_length"] >= 1 for r in rows)
+    assert len(files.plots) == 3
