@@ -13,7 +13,8 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 from specbench.models.loading import LoadedModel, load_model, resolve_spec  # noqa: E402
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+if "OMP_NUM_THREADS" not in os.environ:  # respect a caller who pinned threads (busy shared machines)
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 
 def tiny(name: str = "tiny-llama", seed: int = 0) -> LoadedModel:
