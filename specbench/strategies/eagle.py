@@ -1,0 +1,300 @@
+"""EAGLE (arXiv 2401.15077; EAGLE-3 fusion, arXiv 2503.01840): a one-layer head drafts from the target's features.
+
+The head reads, at position i, the pair (target feature f_i, token x_{i+1}) and predicts token x_{i+2}:
+fc([embed(x_{i+1}) ; f_i]) (2H -> H), one Llama-style decoder layer (RMSNorm, attention with RoPE,
+SwiGLU MLP), then the target's own final norm and LM head (frozen, shared, like its embedding).
+f_i is the target's final-norm hidden state at i, or with `fuse_layers: [low, mid, high]` a
+learned fusion fc (3H -> H) of those target layers' outputs (EAGLE-3).
+
+Per step (chain drafting, no tree): the target processed committed positions up to L-2 (the
+pending token at L-1 it has not seen), so the head first catches up on every pair (f_i, x_{i+1})
+with i <= L-2 it has not seen, using the TRUE features of the last target forward (prefill or
+verify), and its output at L-2 drafts d_1. Then it feeds (its own output feature, d_j) at L-2+j
+for j = 1..K-1 to draft d_{j+1}: K head forwards per step. Its KV cache is per row with
+slot == position, so rejected drafts are rolled back by overwriting (the catch-up of the next step
+rewrites those slots with true features). At T > 0 it samples from its q and returns it.
+
+Checkpoints: a directory (or its model.safetensors) holding `model.safetensors` and `config.json`
+({"kind": "eagle", ...}); train one with `python -m specbench.train strategy=eagle target=<preset>`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specbench.errors import ConfigError
+from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
+from specbench.verify import logits_to_probs, sample_from
+
+TRAIN_HINT = "train one with `python -m specbench.train strategy={kind} target=<target preset>` (see specbench/checkpoints/README.md)"
+
+
+@dataclass
+class EagleConfig:
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    vocab_size: int
+    fuse_layers: list[int] | None = None  # target layers fused EAGLE-3 style; None = the final-norm feature
+    target: str = ""  # label of the target it was trained for
+    kind: str = "eagle"
+
+    @classmethod
+    def for_target(cls, hf_config: Any, fuse_layers: list[int] | None = None, target: str = "") -> EagleConfig:
+        return cls(hidden_size=hf_config.hidden_size, num_heads=hf_config.num_attention_heads,
+                   num_kv_heads=hf_config.num_key_value_heads,
+                   head_dim=getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads,
+                   intermediate_size=hf_config.intermediate_size, rms_norm_eps=hf_config.rms_norm_eps,
+                   vocab_size=hf_config.vocab_size, fuse_layers=list(fuse_layers) if fuse_layers else None, target=target)
+
+
+def _rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    # transformers' LlamaRMSNorm: normalise in fp32, scale in x's dtype
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * xf.to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.variance_epsilon = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _rms_norm(self, x)
+
+
+class EagleHead(nn.Module):
+    """The draft head. Its own weights are fc (and fuse), one decoder layer; embedding, final norm,
+    rotary embedding and LM head are the target's, held by reference (not in its state_dict)."""
+
+    def __init__(self, cfg: EagleConfig, target_model: nn.Module) -> None:
+        super().__init__()
+        self.cfg = cfg
+        h, d = cfg.hidden_size, cfg.head_dim
+        base = target_model.model
+        # the target's modules, frozen and shared: a tuple keeps them out of parameters() and state_dict()
+        self.shared = (base.embed_tokens, base.norm, base.rotary_emb, target_model.get_output_embeddings())
+        self.fuse = nn.Linear(len(cfg.fuse_layers) * h, h, bias=False) if cfg.fuse_layers else None
+        self.fc = nn.Linear(2 * h, h, bias=True)
+        self.input_layernorm = _RMSNorm(h, cfg.rms_norm_eps)
+        self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=False)
+        self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
+        self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
+        self.post_attention_layernorm = _RMSNorm(h, cfg.rms_norm_eps)
+        self.gate_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
+        self.k_cache: torch.Tensor | None = None  # [B, Hkv, S, D]
+        self.v_cache: torch.Tensor | None = None
+
+    @property
+    def lm_head(self) -> nn.Module:
+        return self.shared[3]
+
+    def features(self, hidden: torch.Tensor | None, layer_hidden: list[torch.Tensor] | None) -> torch.Tensor:
+        """The head's input feature from one target forward: [B, T, H] final-norm hidden, or the fused layers."""
+        if self.fuse is None:
+            assert hidden is not None
+            return hidden
+        assert layer_hidden, "fuse_layers needs the target's layer outputs (hidden_layers())"
+        return self.fuse(torch.cat(layer_hidden, dim=-1))
+
+    def allocate(self, batch_size: int, max_len: int, device: torch.device, dtype: torch.dtype) -> None:
+        shape = (batch_size, self.cfg.num_kv_heads, max_len, self.cfg.head_dim)
+        if self.k_cache is None or self.k_cache.shape != shape or self.k_cache.dtype != dtype:
+            self.k_cache = torch.zeros(shape, device=device, dtype=dtype)
+            self.v_cache = torch.zeros(shape, device=device, dtype=dtype)
+
+    def forward(
+        self,
+        feature: torch.Tensor,  # [B, T, H] f_i (true, fused, or the head's own previous output)
+        tokens: torch.Tensor,  # [B, T] int64 x_{i+1}
+        positions: torch.Tensor,  # [B, T] int64 i
+        use_cache: bool = False,  # write keys/values at `positions` into the per-row cache, attend over it
+        attn_len: int | None = None,  # with use_cache: a bound > every position
+        extra_kv: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None,  # training-time test
+        kv_mask: torch.Tensor | None = None,  # [B, 1, T, S] without cache: which keys each query sees
+        return_kv: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Output feature [B, T, H] after the target's final norm: lm_head(out) gives token x_{i+2}."""
+        embed, norm, rotary, _ = self.shared
+        bsz, t = tokens.shape
+        nh, nkv, d = self.cfg.num_heads, self.cfg.num_kv_heads, self.cfg.head_dim
+        x = self.fc(torch.cat([embed(tokens).to(feature.dtype), feature], dim=-1))  # [B, T, H]
+        h = self.input_layernorm(x)
+        cos, sin = rotary(x, positions)
+        cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)  # [B, 1, T, D]
+        q = self.q_proj(h).view(bsz, t, nh, d).transpose(1, 2)  # [B, Hq, T, D]
+        k = self.k_proj(h).view(bsz, t, nkv, d).transpose(1, 2)  # [B, Hkv, T, D]
+        v = self.v_proj(h).view(bsz, t, nkv, d).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        if use_cache:
+            # slot == position: overwrite this call's slots, then each query at p sees slots 0..p of its row
+            assert self.k_cache is not None, "call allocate() first"
+            s = self.k_cache.shape[2] if attn_len is None else attn_len
+            idx = positions[:, None, :, None].expand(bsz, nkv, t, d)
+            self.k_cache.scatter_(2, idx, k)
+            self.v_cache.scatter_(2, idx, v)
+            keys, values = self.k_cache[:, :, :s], self.v_cache[:, :, :s]
+            mask = torch.arange(s, device=x.device)[None, None, None, :] <= positions[:, None, :, None]
+        else:
+            keys, values = k, v
+            mask = positions[:, None, None, :] <= positions[:, None, :, None] if kv_mask is None else kv_mask
+            if extra_kv:  # earlier unrolled steps' keys (EAGLE-3 training-time test), with their own masks
+                keys = torch.cat([e[0] for e in extra_kv] + [k], dim=2)
+                values = torch.cat([e[1] for e in extra_kv] + [v], dim=2)
+                mask = torch.cat([e[2] for e in extra_kv] + [mask], dim=3)
+        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=d**-0.5, enable_gqa=nh != nkv)
+        x = x + self.o_proj(o.transpose(1, 2).reshape(bsz, t, nh * d))
+        h = self.post_attention_layernorm(x)
+        x = x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+        out = _rms_norm(norm, x)
+        return (out, (k, v)) if return_kv else out
+
+    # -- checkpoints: config.json + model.safetensors ----------------------------------------------
+
+    def save(self, directory: str | Path) -> None:
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, str(directory / "model.safetensors"))
+        (directory / "config.json").write_text(json.dumps(asdict(self.cfg), indent=1))
+
+
+def checkpoint_files(path: str | Path | None, kind: str) -> tuple[Path, Path]:
+    """(weights, config.json) of a checkpoint directory or of its weights file; ConfigError if missing."""
+    if not path:
+        raise ConfigError(f"strategy {kind} needs strategy.checkpoint=<directory with model.safetensors and "
+                          f"config.json>; none was given. {TRAIN_HINT.format(kind=kind)}")
+    p = Path(str(path)).expanduser()
+    directory = p if p.is_dir() else p.parent
+    weights = p if p.is_file() else next((directory / n for n in ("model.safetensors", "pytorch_model.bin")
+                                          if (directory / n).exists()), directory / "model.safetensors")
+    config = directory / "config.json"
+    if not weights.exists() or not config.exists():
+        raise ConfigError(f"strategy.checkpoint={str(path)!r}: {weights if not weights.exists() else config} not found; "
+                          f"give a directory holding model.safetensors and config.json, or {TRAIN_HINT.format(kind=kind)}")
+    return weights, config
+
+
+def read_weights(weights: Path) -> dict[str, torch.Tensor]:
+    if weights.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(weights))
+    return torch.load(weights, map_location="cpu", weights_only=True)  # never unpickle arbitrary objects
+
+
+def load_eagle_head(path: str | Path, target_model: nn.Module, target_label: str = "") -> EagleHead:
+    """An EagleHead from a checkpoint, checked against the target it will read, on its device and dtype."""
+    weights, config = checkpoint_files(path, "eagle")
+    raw = json.loads(config.read_text())
+    if raw.get("kind", "eagle") != "eagle":
+        raise ConfigError(f"strategy.checkpoint={str(path)!r} holds a {raw.get('kind')!r} drafter, not an eagle head")
+    cfg = EagleConfig(**{k: raw[k] for k in EagleConfig.__dataclass_fields__ if k in raw})
+    tc = target_model.config
+    if cfg.hidden_size != tc.hidden_size or cfg.vocab_size > tc.vocab_size:
+        raise ConfigError(f"eagle checkpoint {str(path)!r} was trained for hidden size {cfg.hidden_size}, vocab {cfg.vocab_size} "
+                          f"(target {cfg.target!r}); target {target_label!r} has {tc.hidden_size}, {tc.vocab_size}. "
+                          f"{TRAIN_HINT.format(kind='eagle')}")
+    if cfg.fuse_layers and max(cfg.fuse_layers) >= tc.num_hidden_layers:
+        raise ConfigError(f"eagle checkpoint fuses target layers {cfg.fuse_layers}; target {target_label!r} has "
+                          f"{tc.num_hidden_layers} layers")
+    head = EagleHead(cfg, target_model)
+    missing, unexpected = head.load_state_dict(read_weights(weights), strict=False)
+    if missing or unexpected:
+        raise ConfigError(f"eagle checkpoint {str(path)!r} does not match its config: missing {missing[:4]}, "
+                          f"unexpected {unexpected[:4]}")
+    emb = target_model.get_input_embeddings().weight
+    return head.to(device=emb.device, dtype=emb.dtype).eval().requires_grad_(False)
+
+
+class EagleProposer(Proposer):
+    pass_hidden_states_to_model = True
+    owns_kv_cache = True
+    needs_catch_up = False  # it catches up inside its first head forward, from the target's features
+    samples = True
+
+    def __init__(self, ctx: BuildContext, k: int, name: str = "eagle", checkpoint: str | None = None,
+                 fuse_layers: list[int] | None = None, **options: Any) -> None:
+        super().__init__(ctx, k, name, **options)
+        self.head = load_eagle_head(checkpoint, ctx.target.model, ctx.target.spec.label)
+        trained = self.head.cfg.fuse_layers
+        if fuse_layers is not None and list(fuse_layers) != (trained or []):
+            raise ConfigError(f"strategy.fuse_layers={list(fuse_layers)} but checkpoint {checkpoint!r} was trained with "
+                              f"fuse_layers={trained}; leave strategy.fuse_layers=null to use the checkpoint's")
+        self.device = ctx.device
+        self.generator = torch.Generator(device=ctx.device)
+        self.generator.manual_seed(ctx.sampling.seed + 1)  # independent of the verifier's noise
+        self.feats: torch.Tensor | None = None  # [B, S, H] true input features by position
+        self.seen: list[int] = []  # per row: pairs (f_i, x_{i+1}) in the head's cache with true features (i < seen)
+
+    @classmethod
+    def validate(cls, cfg: Mapping[str, Any]) -> None:
+        super().validate(cfg)
+        checkpoint_files(cfg.get("checkpoint"), "eagle")
+        fl = cfg.get("fuse_layers")
+        if fl is not None and (not isinstance(fl, (list, tuple)) or not all(isinstance(i, int) and i >= 0 for i in fl)):
+            raise ConfigError(f"strategy.fuse_layers={fl!r}; allowed: null or a list of target layer indices, e.g. [2, 15, 27]")
+
+    def hidden_layers(self) -> tuple[int, ...]:
+        return tuple(self.head.cfg.fuse_layers or ())
+
+    def start(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
+        dtype = self.head.fc.weight.dtype
+        self.head.allocate(state.batch_size, state.max_len, self.device, dtype)
+        self.feats = torch.zeros((state.batch_size, state.max_len, self.head.cfg.hidden_size), device=self.device, dtype=dtype)
+        self.seen = [0] * state.batch_size
+
+    def propose(self, state: DecodeState) -> Draft:
+        assert self.feats is not None and state.target_positions is not None
+        hsz = self.head.cfg.hidden_size
+        # 0) keep the last target forward's features by position (prefill: the prompt; verify: the pending
+        #    token and the drafts; the ones past a row's committed prefix are overwritten before they are read)
+        f = self.head.features(state.target_hidden, state.target_layer_hidden)  # [B, T, H]
+        pos = state.target_positions
+        self.feats.scatter_(1, pos[..., None].expand(-1, -1, hsz), f.to(self.feats.dtype))
+        # 1) catch up on pairs i = seen .. L-2 with true features; rows with fewer unseen re-feed earlier
+        #    pairs (identical cache entries); the output at i = L-2 drafts d_1
+        t = max(1, *(length - 1 - seen for length, seen in zip(state.lengths_host, self.seen)))
+        positions = (state.lengths[:, None] - 1 - t + torch.arange(t, device=self.device)).clamp(min=0)  # [B, T]
+        feats = self.feats.gather(1, positions[..., None].expand(-1, -1, hsz))
+        tokens = state.tokens.gather(1, positions + 1)
+        attn_len = max(state.lengths_host) + self.k
+        out = self.head(feats, tokens, positions, use_cache=True, attn_len=attn_len)[:, -1:]  # [B, 1, H]
+        self.seen = [length - 1 for length in state.lengths_host]
+        # 2) draft K tokens, feeding (own output feature, d_j) at position L-2+j
+        drafts, probs = [], []
+        for j in range(self.k):
+            logits = self.head.lm_head(out[:, 0]).float()  # [B, V]
+            if self.sampling.greedy:
+                d = logits.argmax(-1)
+            else:
+                q = logits_to_probs(logits, self.sampling)
+                d = sample_from(q, torch.empty_like(q).exponential_(generator=self.generator))
+                probs.append(q)
+            drafts.append(d)
+            if j + 1 < self.k:
+                out = self.head(out, d[:, None], state.lengths[:, None] - 1 + j, use_cache=True, attn_len=attn_len)
+        return Draft(tokens=torch.stack(drafts, 1), probs=torch.stack(probs, 1) if probs else None)

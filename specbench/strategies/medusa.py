@@ -1,0 +1,120 @@
+"""Medusa (Cai et al. 2024, arXiv 2401.10774): K extra heads on the target's last hidden state draft K tokens.
+
+The target processed committed positions up to L-2 (the pending token at L-1 came from its LM head
+there), so from its final-norm hidden state h at L-2, head i (1-based) predicts the token at L-1+i:
+logits_i = lm_head(h + SiLU(W_i h + b_i)) with the target's own (frozen, shared) LM head. Chain
+drafting: the top-1 of each head, no tree, no KV cache and no q (the verifier treats the drafts as
+one-hot, which stays lossless at every temperature).
+
+Checkpoints: a directory (or its model.safetensors) holding `model.safetensors` and `config.json`
+({"kind": "medusa", "num_heads": ..., "hidden_size": ...}); train them with
+`python -m specbench.train strategy=medusa target=<preset>`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specbench.errors import ConfigError
+from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
+from specbench.strategies.eagle import TRAIN_HINT, checkpoint_files, read_weights
+
+
+@dataclass
+class MedusaConfig:
+    hidden_size: int
+    num_heads: int  # trained heads; strategy.k may use the first k of them
+    vocab_size: int
+    target: str = ""
+    kind: str = "medusa"
+
+
+class MedusaHeads(nn.Module):
+    """num_heads residual blocks over the target's LM head (held by reference, not in the state_dict)."""
+
+    def __init__(self, cfg: MedusaConfig, target_model: nn.Module) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.shared = (target_model.get_output_embeddings(),)
+        self.blocks = nn.ModuleList(nn.Linear(cfg.hidden_size, cfg.hidden_size) for _ in range(cfg.num_heads))
+        for block in self.blocks:  # start as the identity: every head first predicts what the LM head does
+            nn.init.zeros_(block.weight)
+            nn.init.zeros_(block.bias)
+
+    @property
+    def lm_head(self) -> nn.Module:
+        return self.shared[0]
+
+    def forward(self, hidden: torch.Tensor, num: int | None = None) -> torch.Tensor:
+        """hidden [..., H] -> logits [..., num, V] of the first `num` heads."""
+        outs = [hidden + F.silu(block(hidden)) for block in self.blocks[: num or self.cfg.num_heads]]
+        return self.lm_head(torch.stack(outs, dim=-2))
+
+    def save(self, directory: str | Path) -> None:
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, str(directory / "model.safetensors"))
+        (directory / "config.json").write_text(json.dumps(asdict(self.cfg), indent=1))
+
+
+def read_medusa_config(path: str | Path | None) -> tuple[Path, MedusaConfig]:
+    weights, config = checkpoint_files(path, "medusa")
+    raw = json.loads(config.read_text())
+    if raw.get("kind", "medusa") != "medusa":
+        raise ConfigError(f"strategy.checkpoint={str(path)!r} holds a {raw.get('kind')!r} drafter, not medusa heads")
+    return weights, MedusaConfig(**{k: raw[k] for k in MedusaConfig.__dataclass_fields__ if k in raw})
+
+
+def load_medusa_heads(path: str | Path, target_model: nn.Module, target_label: str = "") -> MedusaHeads:
+    weights, cfg = read_medusa_config(path)
+    tc = target_model.config
+    if cfg.hidden_size != tc.hidden_size or cfg.vocab_size > tc.vocab_size:
+        raise ConfigError(f"medusa checkpoint {str(path)!r} was trained for hidden size {cfg.hidden_size}, vocab "
+                          f"{cfg.vocab_size} (target {cfg.target!r}); target {target_label!r} has {tc.hidden_size}, "
+                          f"{tc.vocab_size}. {TRAIN_HINT.format(kind='medusa')}")
+    heads = MedusaHeads(cfg, target_model)
+    heads.load_state_dict(read_weights(weights))
+    emb = target_model.get_input_embeddings().weight
+    return heads.to(device=emb.device, dtype=emb.dtype).eval().requires_grad_(False)
+
+
+def raise_if_too_few_heads(k: int, num_heads: int, checkpoint: str) -> None:
+    if k > num_heads:
+        raise ConfigError(f"strategy.k={k} but medusa checkpoint {checkpoint!r} has {num_heads} trained heads; allowed: "
+                          f"k <= {num_heads}. Lower strategy.k or train more heads (train strategy.num_heads=...)")
+
+
+class MedusaProposer(Proposer):
+    pass_hidden_states_to_model = True
+
+    def __init__(self, ctx: BuildContext, k: int, name: str = "medusa", checkpoint: str | None = None,
+                 **options: Any) -> None:
+        super().__init__(ctx, k, name, **options)
+        self.heads = load_medusa_heads(checkpoint, ctx.target.model, ctx.target.spec.label)
+        raise_if_too_few_heads(k, self.heads.cfg.num_heads, str(checkpoint))
+
+    @classmethod
+    def validate(cls, cfg: Mapping[str, Any]) -> None:
+        super().validate(cfg)
+        _, mcfg = read_medusa_config(cfg.get("checkpoint"))
+        raise_if_too_few_heads(cfg["k"], mcfg.num_heads, str(cfg.get("checkpoint")))
+
+    def propose(self, state: DecodeState) -> Draft:
+        assert state.target_hidden is not None and state.target_positions is not None
+        hidden, pos = state.target_hidden, state.target_positions  # [B, T, H], [B, T]
+        # the last target forward covered L-2 for every active row (prefill: the prompt's last
+        # position; verify: the last accepted one); finished rows may hold anything
+        col = (state.lengths - 2 - pos[:, 0]).clamp(0, pos.shape[1] - 1)  # [B]
+        h = hidden.gather(1, col[:, None, None].expand(-1, 1, hidden.shape[-1]))[:, 0]  # [B, H]
+        logits = self.heads(h.to(self.heads.blocks[0].weight.dtype), self.k)  # [B, K, V]
+        return Draft(tokens=logits.argmax(-1))

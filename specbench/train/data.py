@@ -1,0 +1,206 @@
+"""Distillation data for drafters: the target's own responses to training prompts, with its hidden states.
+
+Training prompts never overlap the evaluation sets: by default they are Spec-Bench's
+(arXiv 2401.07851) non-MT-Bench categories (translation, summarization, qa, math_reasoning, rag:
+400 prompts; its other 80 prompts are MT-Bench's and are dropped), minus prompts longer than
+`max_prompt_tokens`. For every prompt the target writes `samples` responses (the first greedy,
+the rest sampled at `temperature`) with our DecoderRunner, and the same forwards give, for every
+position fed to the target, its final-norm hidden state, the outputs of the layers asked for
+(EAGLE-3 fusion) and its top-1 prediction. Everything is cached once under the output directory
+(`distill-<key>.pt`, fp16 features, loaded with weights_only=True), so reruns and resumes skip it.
+
+One sequence = prompt + response, x_0 .. x_{N-1}; features f_0 .. f_{N-2} (x_{N-1} is never fed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from specbench.data import Prompt, encode_prompt
+from specbench.errors import ConfigError
+from specbench.models.decoder import DecoderRunner
+
+MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+DEFAULT_SPEC_BENCH = "../shared/data/spec_bench/question.jsonl"  # relative to the cwd, as conf/dataset/spec-bench.yaml
+
+
+@dataclass
+class DistillData:
+    tokens: list[torch.Tensor]  # [N] int64 each: prompt + response
+    prompt_lengths: list[int]
+    hidden: list[torch.Tensor]  # [N-1, H] fp16 each: final-norm hidden state at positions 0..N-2
+    layer_hidden: list[torch.Tensor]  # [N-1, len(layers), H] fp16 each (empty tensors when no layers)
+    top1: list[torch.Tensor]  # [N-1] int64 each: the target's argmax prediction at positions 0..N-2
+    layers: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def training_prompts(path: str | None, exclude_categories: list[str] | tuple[str, ...] = MT_BENCH_CATEGORIES,
+                     num_prompts: int | None = None) -> list[Prompt]:
+    """Spec-Bench prompts (first turn) outside the excluded (MT-Bench) categories, in file order."""
+    file = Path(path or os.environ.get("SPECBENCH_SPEC_BENCH") or DEFAULT_SPEC_BENCH).expanduser()
+    if not file.exists():
+        raise ConfigError(f"data.path={str(file)!r} does not exist; point it at Spec-Bench's question.jsonl "
+                          f"or any jsonl with a `turns` or `prompt` field")
+    prompts = []
+    for i, line in enumerate(file.read_text().splitlines()):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if row.get("category") in exclude_categories:
+            continue
+        text = row["turns"][0] if "turns" in row else row["prompt"]
+        prompts.append(Prompt(id=f"train/{row.get('question_id', i)}", text=text, category=row.get("category")))
+    return prompts[:num_prompts] if num_prompts else prompts
+
+
+def cache_key(**parts: Any) -> str:
+    return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+@torch.inference_mode()
+def generate_distillation(runner: DecoderRunner, prompt_ids: list[list[int]], *, max_new_tokens: int, samples: int,
+                          temperature: float, batch_size: int, layers: tuple[int, ...], eos_ids: set[int], seed: int,
+                          progress: bool = True) -> DistillData:
+    """The target's responses (sample 0 greedy, others at `temperature`) with its features, batched."""
+    g = torch.Generator(device=runner.device).manual_seed(seed)
+    jobs = [(ids, s) for s in range(samples) for ids in prompt_ids]
+    data = DistillData([], [], [], [], [], tuple(layers))
+    dev = runner.device
+    bar = tqdm(total=len(jobs), desc="distill", unit="seq", disable=not progress, mininterval=2.0)
+    for start in range(0, len(jobs), batch_size):
+        batch = jobs[start : start + batch_size]
+        bsz, plens = len(batch), [len(ids) for ids, _ in batch]
+        pmax, total = max(plens), max(plens) + max_new_tokens
+        temps = torch.tensor([temperature if s > 0 else 0.0 for _, s in batch], device=dev)[:, None]
+        tokens = torch.zeros((bsz, total), dtype=torch.long, device=dev)
+        for b, (ids, _) in enumerate(batch):
+            tokens[b, : len(ids)] = torch.tensor(ids)
+        hid = torch.zeros((bsz, total, runner.config.hidden_size), dtype=torch.float16, device=dev)
+        lay = torch.zeros((bsz, total, len(layers), runner.config.hidden_size), dtype=torch.float16, device=dev)
+        top1 = torch.zeros((bsz, total), dtype=torch.long, device=dev)
+        runner.allocate(bsz, total)
+        rows = torch.arange(bsz, device=dev)
+
+        def pick(logits: torch.Tensor) -> torch.Tensor:  # [B, V] -> [B]
+            greedy = logits.argmax(-1)
+            probs = torch.softmax(logits / temps.clamp(min=1e-5), -1)
+            sampled = torch.multinomial(probs, 1, generator=g)[:, 0]
+            return torch.where(temps[:, 0] > 0, sampled, greedy)
+
+        positions = torch.arange(pmax, device=dev).expand(bsz, pmax)
+        out = runner(tokens[:, :pmax], positions, attn_len=pmax, want_hidden=True, hidden_layers=tuple(layers))
+        hid[:, :pmax] = out.hidden.half()
+        if layers:
+            lay[:, :pmax] = torch.stack(out.layer_hidden, 2).half()
+        top1[:, :pmax] = out.logits.argmax(-1)
+        lengths = torch.tensor(plens, device=dev)
+        nxt = pick(out.logits[rows, lengths - 1])
+        tokens[rows, lengths] = nxt
+        lengths = lengths + 1
+        done = torch.zeros(bsz, dtype=torch.bool, device=dev)
+        ends = torch.full((bsz,), total, device=dev)
+        for _ in range(max_new_tokens - 1):
+            done |= torch.isin(nxt, torch.tensor(sorted(eos_ids), device=dev)) if eos_ids else done
+            ends = torch.where(done & (ends == total), lengths, ends)
+            if bool(done.all()):
+                break
+            pos = (lengths - 1)[:, None]
+            out = runner(tokens.gather(1, pos), pos, attn_len=int(lengths.max()), want_hidden=True, hidden_layers=tuple(layers))
+            hid[rows, pos[:, 0]] = out.hidden[:, 0].half()
+            if layers:
+                lay[rows, pos[:, 0]] = torch.stack(out.layer_hidden, 2)[:, 0].half()
+            top1[rows, pos[:, 0]] = out.logits[:, 0].argmax(-1)
+            nxt = pick(out.logits[:, 0])
+            tokens[rows, lengths.clamp(max=total - 1)] = torch.where(done, tokens[rows, lengths.clamp(max=total - 1)], nxt)
+            lengths = torch.where(done, lengths, lengths + 1)
+        ends = torch.minimum(torch.where(ends == total, lengths, ends), torch.full_like(ends, total))
+        for b in range(bsz):
+            n = int(ends[b])
+            data.tokens.append(tokens[b, :n].cpu())
+            data.prompt_lengths.append(plens[b])
+            data.hidden.append(hid[b, : n - 1].cpu())
+            data.layer_hidden.append(lay[b, : n - 1].cpu())
+            data.top1.append(top1[b, : n - 1].cpu())
+        bar.update(bsz)
+    bar.close()
+    return data
+
+
+def load_or_generate(out_dir: Path, target: Any, target_name: str, data_cfg: dict[str, Any], layers: tuple[int, ...],
+                     eos_ids: set[int], seed: int, progress: bool = True) -> DistillData:
+    """The cached distillation set for these settings, generating it once."""
+    prompts = training_prompts(data_cfg.get("path"), tuple(data_cfg.get("exclude_categories") or MT_BENCH_CATEGORIES),
+                               data_cfg.get("num_prompts"))
+    ids = [encode_prompt(p, target.tokenizer) for p in prompts]
+    keep = [i for i, x in enumerate(ids) if len(x) <= int(data_cfg.get("max_prompt_tokens", 256))]
+    ids = [ids[i] for i in keep]
+    if not ids:
+        raise ConfigError(f"no training prompt is <= data.max_prompt_tokens={data_cfg.get('max_prompt_tokens')} tokens")
+    key = cache_key(target=target_name, ids=ids, layers=layers, seed=seed,
+                    **{k: data_cfg.get(k) for k in ("max_new_tokens", "samples", "temperature")})
+    path = out_dir / f"distill-{key}.pt"
+    if path.exists():
+        return _load(path)
+    t0 = time.perf_counter()
+    # the torch path of our decoder (its CUDA kernels are for decoding speed, not needed here)
+    opts = {"use_kernels": False} if "use_kernels" in inspect.signature(DecoderRunner).parameters else {}
+    runner = DecoderRunner(target.model, **opts)
+    # shortest prompts first (less padding per batch); each batch is saved as a shard, so an interrupted
+    # run resumes where it stopped, and `data.max_shards` can train on a prefix of the set
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    bsz = int(data_cfg.get("batch_size", 32))
+    shard_dir = out_dir / f"distill-{key}.shards"
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    n_shards = -(-len(ids) // bsz)
+    max_shards = data_cfg.get("max_shards")
+    parts = []
+    for s in range(n_shards if max_shards is None else min(n_shards, int(max_shards))):
+        shard = shard_dir / f"{s:04d}.pt"
+        if not shard.exists():
+            part = generate_distillation(runner, [ids[i] for i in order[s * bsz : (s + 1) * bsz]],
+                                         max_new_tokens=int(data_cfg.get("max_new_tokens", 128)),
+                                         samples=int(data_cfg.get("samples", 1)),
+                                         temperature=float(data_cfg.get("temperature", 0.7)), batch_size=bsz,
+                                         layers=layers, eos_ids=eos_ids, seed=seed + s, progress=progress)
+            _save(part, shard)
+            print(f"distillation shard {s + 1}/{n_shards}: {time.perf_counter() - t0:.0f}s", flush=True)
+        parts.append(_load(shard))
+    runner.allocate(1, 1)
+    data = DistillData([], [], [], [], [], tuple(layers))
+    for part in parts:
+        for name in ("tokens", "prompt_lengths", "hidden", "layer_hidden", "top1"):
+            getattr(data, name).extend(getattr(part, name))
+    if len(parts) < n_shards:
+        print(f"distillation set: using {len(parts)} of {n_shards} shards (data.max_shards={max_shards})")
+        return data
+    _save(data, path)
+    n_tok = sum(len(t) for t in data.tokens)
+    print(f"distillation set: {len(data)} sequences, {n_tok} tokens from {len(ids)} prompts in "
+          f"{time.perf_counter() - t0:.0f}s -> {path}")
+    return data
+
+
+def _save(data: DistillData, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save({"tokens": data.tokens, "prompt_lengths": data.prompt_lengths, "hidden": data.hidden,
+                "layer_hidden": data.layer_hidden, "top1": data.top1, "layers": list(data.layers)}, tmp)
+    tmp.replace(path)
+
+
+def _load(path: Path) -> DistillData:
+    blob = torch.load(path, weights_only=True)
+    return DistillData(blob["tokens"], blob["prompt_lengths"], blob["hidden"], blob["layer_hidden"], blob["top1"],
+                       tuple(blob["layers"]))

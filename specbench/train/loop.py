@@ -1,0 +1,235 @@
+"""train(cfg) -> Path: distil a drafter for a target and write a checkpoint its strategy loads.
+
+1) load the target (frozen, fp32; TF32 matmuls on CUDA) and the trainer named
+   by cfg.strategy._target_; 2) load or generate the cached distillation set; 3) train with AdamW,
+   linear warmup then cosine decay, logging loss and per-position accuracy to metrics.jsonl and W&B
+   (offline, under the output directory; logger=none disables it); 4) every save_every steps write
+   <output_dir>/last (weights, optimizer, step: `resume=true` continues from it) and, at the end,
+   the checkpoint (cfg.checkpoint, default <output_dir>/checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from specbench.errors import ConfigError
+from specbench.models.loading import load_model, resolve_spec
+from specbench.train.data import DistillData, load_or_generate
+from specbench.train.drafters import Batch, TokenLoss, Trainer
+
+
+def _trainer_class(cfg: Mapping[str, Any]) -> type[Trainer]:
+    from hydra.utils import get_class
+
+    target = cfg.get("_target_")
+    try:
+        cls = get_class(target) if target else None
+    except Exception:  # noqa: BLE001 - hydra wraps import errors in several types
+        cls = None
+    if not (isinstance(cls, type) and issubclass(cls, Trainer)):
+        raise ConfigError(f"strategy {cfg.get('name')!r} has no trainer (_target_={target!r}); "
+                          f"trainable: eagle, medusa, draft_model (specbench/train/conf/strategy/)")
+    return cls
+
+
+def make_batch(data: DistillData, idx: list[int], device: torch.device, with_layers: bool) -> Batch:
+    n = max(len(data.tokens[i]) for i in idx)
+    bsz, h = len(idx), data.hidden[idx[0]].shape[-1]
+    tokens = torch.zeros((bsz, n), dtype=torch.long)
+    hidden = torch.zeros((bsz, n - 1, h))
+    top1 = torch.zeros((bsz, n - 1), dtype=torch.long)
+    layers = torch.zeros((bsz, n - 1, len(data.layers), h)) if with_layers and data.layers else None
+    for b, i in enumerate(idx):
+        m = len(data.tokens[i])
+        tokens[b, :m] = data.tokens[i]
+        hidden[b, : m - 1] = data.hidden[i].float()
+        top1[b, : m - 1] = data.top1[i]
+        if layers is not None:
+            layers[b, : m - 1] = data.layer_hidden[i].float()
+    lengths = torch.tensor([len(data.tokens[i]) for i in idx])
+    return Batch(tokens.to(device), lengths.to(device), hidden.to(device), None if layers is None else layers.to(device),
+                 top1.to(device))
+
+
+def token_loss_for(data: DistillData, train_ids: list[int], vocab: int, size: int, device: torch.device) -> TokenLoss:
+    """The `size` most frequent target top-1 tokens of the training sequences (plus their tokens)."""
+    if not size or size >= vocab:
+        return TokenLoss(None, None)
+    counts: Counter[int] = Counter()
+    for i in train_ids:
+        counts.update(data.top1[i].tolist())
+        counts.update(data.tokens[i].tolist())
+    ids = torch.tensor(sorted(t for t, _ in counts.most_common(size)), device=device)
+    index = torch.full((vocab,), -100, dtype=torch.long, device=device)
+    index[ids] = torch.arange(len(ids), device=device)
+    return TokenLoss(ids, index)
+
+
+class _Log:
+    """metrics.jsonl always; W&B offline under the output directory unless logger=none."""
+
+    def __init__(self, cfg: Mapping[str, Any], out_dir: Path, config: dict[str, Any], resume: bool) -> None:
+        self.path = out_dir / "metrics.jsonl"
+        self.wandb = None
+        if (cfg.get("name") or "none") == "wandb":
+            import wandb
+
+            self.wandb = wandb.init(project=cfg.get("project", "specbench"), entity=cfg.get("entity"),
+                                    mode=cfg.get("mode", "offline"), dir=str(out_dir), config=config,
+                                    name=out_dir.name, tags=list(cfg.get("tags") or []) + ["train"],
+                                    job_type="train", resume="allow" if resume else None)
+
+    def __call__(self, step: int, metrics: dict[str, float]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps({"step": step, **metrics}) + "\n")
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=step)
+
+    def finish(self) -> None:
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def _lr_at(step: int, base: float, warmup: int, total: int) -> float:
+    if step < warmup:
+        return base * (step + 1) / warmup
+    frac = (step - warmup) / max(1, total - warmup)
+    return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def _save_state(trainer: Trainer, opt: torch.optim.Optimizer, step: int, last: Path) -> None:
+    tmp = last.with_name(last.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    trainer.save(tmp)
+    torch.save(opt.state_dict(), tmp / "optimizer.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step}))
+    shutil.rmtree(last, ignore_errors=True)
+    tmp.rename(last)
+
+
+@torch.no_grad()
+def _evaluate(trainer: Trainer, data: DistillData, ids: list[int], token_loss: TokenLoss, device: torch.device,
+              with_layers: bool, seed: int) -> dict[str, float]:
+    trainer.module.eval()
+    g = torch.Generator(device=device).manual_seed(seed)
+    _, metrics = trainer.loss(make_batch(data, ids, device, with_layers), token_loss, 0, g)
+    trainer.module.train()
+    return {f"val/{k}": v for k, v in metrics.items()}
+
+
+def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
+    """Train the configured drafter; returns the checkpoint directory."""
+    c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    s, d, t = dict(c["strategy"]), dict(c.get("data") or {}), dict(c.get("train") or {})
+    cls = _trainer_class(s)
+    target_spec = resolve_spec(c["target"], "target")
+    out_dir = Path(c.get("output_dir") or Path("outputs/train") / f"{s.get('name')}-{target_spec.label}")
+    ckpt_dir = Path(c.get("checkpoint") or out_dir / "checkpoint")
+    last = out_dir / "last"
+    if c.get("resume") and not (last / "state.json").exists():
+        raise ConfigError(f"resume=true but {last} holds no saved state; run once without resume first")
+    device_name = c.get("device", "auto")
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device_name == "auto" else device_name)
+    if c.get("threads"):
+        torch.set_num_threads(int(c["threads"]))
+    seed = int(c.get("seed", 0))
+    torch.manual_seed(seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(c)))
+
+    # 1) target (frozen) and trainer
+    target = load_model(target_spec, device, torch.float32)
+    options = {k: v for k, v in s.items() if k != "_target_"}
+    probe = cls(target, target_spec.label, (), **options)
+    layers = tuple(sorted(set(d.get("layers") or []) | set(probe.layers())))
+    trainer = cls(target, target_spec.label, layers, **options) if layers else probe
+    trainer.module.to(device).train()
+
+    # 2) distillation data (cached), a held-out slice for validation
+    from specbench.run import _eos_ids
+
+    data = load_or_generate(Path(d.get("cache_dir") or out_dir), target, target_spec.label, d, layers,
+                            _eos_ids(target), seed)
+    # hold out whole prompts (every response to them), so validation measures generalisation, not recall
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, (tokens, plen) in enumerate(zip(data.tokens, data.prompt_lengths)):
+        groups.setdefault(tuple(tokens[:plen].tolist()), []).append(i)
+    prompts_order = [groups[key] for key in sorted(groups)]
+    perm = torch.randperm(len(prompts_order), generator=torch.Generator().manual_seed(seed)).tolist()
+    n_val = min(int(t.get("val_sequences", 8)), len(data) // 5)
+    val_ids, train_ids = [], []
+    for j in perm:
+        (val_ids if len(val_ids) < n_val else train_ids).extend(prompts_order[j])
+    if not train_ids:
+        raise ConfigError(f"the distillation set has {len(data)} sequences; too few to train on")
+    with_layers = bool(trainer.layers())
+    token_loss = token_loss_for(data, train_ids, target.vocab_size, int(t.get("ce_vocab", 0)), device)
+
+    # 3) optimiser, resume
+    params = [p for p in trainer.module.parameters() if p.requires_grad]
+    lr, steps = float(t.get("lr", 1e-3)), int(t.get("steps", 100))
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=float(t.get("weight_decay", 0.0)))
+    step = 0
+    if c.get("resume"):
+        trainer.load_weights(last)
+        opt.load_state_dict(torch.load(last / "optimizer.pt", weights_only=True))
+        step = json.loads((last / "state.json").read_text())["step"]
+        print(f"resumed from {last} at step {step}")
+    log = _Log(c.get("logger") or {}, out_dir, c, bool(c.get("resume")))
+    bsz, positions = int(t.get("batch_size", 8)), int(t.get("ce_positions", 0))
+    warmup, clip = int(t.get("warmup", 0)), float(t.get("grad_clip", 0) or 0)
+    log_every, save_every = int(t.get("log_every", 10)), int(t.get("save_every", 100))
+    per_epoch = max(1, len(train_ids) // bsz)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 master weights and losses, TF32 matmuls
+
+    t0 = time.perf_counter()
+    bar = tqdm(total=steps, initial=step, desc=f"train {s.get('name')}", dynamic_ncols=True, mininterval=2.0)
+    stop_after = int(t.get("stop_after") or steps)  # stop early with the schedule of `steps` (reproduces a cut run)
+    while step < min(steps, stop_after):
+        # batches are a function of (seed, step): a resumed run sees the same sequence of batches
+        epoch, within = divmod(step, per_epoch)
+        perm = torch.randperm(len(train_ids), generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
+        idx = [train_ids[j] for j in perm[within * bsz : (within + 1) * bsz]]
+        g = torch.Generator(device=device).manual_seed(seed * 1_000_003 + step)
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(step, lr, warmup, steps)
+        loss, metrics = trainer.loss(make_batch(data, idx, device, with_layers), token_loss, positions, g)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip:
+            metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        opt.step()
+        step += 1
+        bar.update(1)
+        bar.set_postfix({k: f"{v:.3f}" for k, v in metrics.items() if k == "loss" or k.startswith("acc_")})
+        if step % log_every == 0 or step in (steps, stop_after):
+            log(step, {**metrics, "lr": opt.param_groups[0]["lr"], "epoch": step / per_epoch,
+                       "elapsed_s": time.perf_counter() - t0})
+        if step % save_every == 0 or step in (steps, stop_after):
+            if val_ids:
+                log(step, _evaluate(trainer, data, val_ids, token_loss, device, with_layers, seed))
+            _save_state(trainer, opt, step, last)
+    bar.close()
+
+    # 4) the checkpoint the strategy loads (optionally in a smaller dtype: the strategy casts to the target's)
+    save_dtype = c.get("save_dtype")
+    if save_dtype:
+        from specbench.models.loading import DTYPES
+
+        trainer.module.to(DTYPES[save_dtype])
+    trainer.save(ckpt_dir)
+    log.finish()
+    print(f"checkpoint: {ckpt_dir} ({step} steps, {time.perf_counter() - t0:.0f}s this run)")
+    return ckpt_dir

@@ -1,0 +1,232 @@
+"""EAGLE: head shapes, feature alignment, cache rollback, T=0 losslessness and T>0 distribution."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from conftest import tiny
+from specbench.engine import Engine
+from specbench.errors import ConfigError
+from specbench.models.runner import make_runner
+from specbench.strategies.base import BuildContext
+from specbench.strategies.eagle import EagleConfig, EagleHead, EagleProposer
+from specbench.verify import SamplingParams, Verdict, Verifier, rejection_sample, sample_from
+
+CPU = torch.device("cpu")
+
+
+def _head_checkpoint(model, path, fuse_layers=None, seed=0):
+    torch.manual_seed(seed)
+    head = EagleHead(EagleConfig.for_target(model.model.config, fuse_layers, "test"), model.model)
+    head.save(path)
+    return str(path)
+
+
+def _ctx(model, sampling=SamplingParams()):
+    return BuildContext(target=model, target_runner=make_runner(model.model), draft=None, sampling=sampling, device=CPU)
+
+
+def _prompts(n=8, seed=0, lengths=(5, 9, 3, 12, 7, 4, 10, 6)):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 101, (lengths[i % len(lengths)],), generator=g).tolist() for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny("tiny-llama")
+
+
+def test_head_shapes(llama, tmp_path):
+    cfg = EagleConfig.for_target(llama.model.config, [0, 1])
+    head = EagleHead(cfg, llama.model)
+    b, t, h = 2, 5, llama.model.config.hidden_size
+    layer_hidden = [torch.randn(b, t, h) for _ in range(2)]
+    feature = head.features(None, layer_hidden)
+    assert feature.shape == (b, t, h)
+    out = head(feature, torch.randint(0, 101, (b, t)), torch.arange(t).expand(b, t))
+    assert out.shape == (b, t, h)
+    assert head.lm_head(out).shape == (b, t, 101)
+    # only the head's own weights are saved: the target's embedding, norm and LM head are shared
+    head.save(tmp_path)
+    assert not any(k.startswith(("embed", "lm_head", "norm")) for k in head.state_dict())
+    assert json.loads((tmp_path / "config.json").read_text())["fuse_layers"] == [0, 1]
+
+
+def test_missing_checkpoint_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="needs strategy.checkpoint"):
+        EagleProposer.validate({"name": "eagle", "k": 3, "checkpoint": None})
+    with pytest.raises(ConfigError, match="not found.*specbench.train"):
+        EagleProposer.validate({"name": "eagle", "k": 3, "checkpoint": str(tmp_path / "nope")})
+
+
+def test_fuse_layers_must_match_checkpoint(llama, tmp_path):
+    ckpt = _head_checkpoint(llama, tmp_path, fuse_layers=[0, 1])
+    with pytest.raises(ConfigError, match="fuse_layers"):
+        EagleProposer(_ctx(llama), k=2, checkpoint=ckpt, fuse_layers=[1])
+    assert EagleProposer(_ctx(llama), k=2, checkpoint=ckpt).hidden_layers() == (0, 1)
+
+
+def _record_catch_up(proposer):
+    """Wrap the head: record the inputs of each step's first (catch-up) forward."""
+    calls, head, original = [], proposer.head, proposer.head.forward
+    state = {"first": True}
+
+    def forward(feature, tokens, positions, **kw):
+        if kw.get("use_cache") and state["first"]:
+            calls.append((feature.clone(), tokens.clone(), positions.clone()))
+        state["first"] = False
+        return original(feature, tokens, positions, **kw)
+
+    propose = proposer.propose
+
+    def propose_wrapped(s):
+        state["first"] = True
+        return propose(s)
+
+    head.forward = forward
+    proposer.propose = propose_wrapped
+    return calls
+
+
+@pytest.mark.parametrize("fuse_layers", [None, [0, 1]])
+def test_feature_alignment(llama, tmp_path, fuse_layers):
+    """The head's input at position i is (target feature at i, token at i+1), from the true target features."""
+    proposer = EagleProposer(_ctx(llama), k=3, checkpoint=_head_checkpoint(llama, tmp_path, fuse_layers))
+    calls = _record_catch_up(proposer)
+    engine = Engine(make_runner(llama.model), proposer, Verifier(SamplingParams(), CPU), max_new_tokens=12,
+                    eos_ids=set(), device=CPU)
+    prompts = _prompts(3)
+    rows, _ = engine.generate(prompts)
+    assert len(calls) >= 4
+    # reference features: one plain forward of the target over each final sequence
+    for b, (prompt, row) in enumerate(zip(prompts, rows)):
+        seq = torch.tensor([prompt + row.output_ids])
+        outs = {}
+        hooks = [llama.model.model.layers[i].register_forward_hook(
+            lambda mod, args, out, i=i: outs.__setitem__(i, out[0] if isinstance(out, tuple) else out)) for i in (0, 1)]
+        with torch.no_grad():
+            final = llama.model(seq, output_hidden_states=True).hidden_states[-1]  # after the final norm
+            ref = proposer.head.features(final, [outs[i] for i in fuse_layers] if fuse_layers else None)[0]
+        for h in hooks:
+            h.remove()
+        for feature, tokens, positions in calls:
+            for j, i in enumerate(positions[b].tolist()):
+                if i + 1 < seq.shape[1]:
+                    assert tokens[b, j] == seq[0, i + 1], (b, i)
+                    torch.testing.assert_close(feature[b, j], ref[i], atol=2e-4, rtol=2e-4)
+
+
+def _scripted_rule(draft_tokens, draft_probs, target_probs, u, e):
+    """Accept a random number of drafts (0..K) whatever they are: ragged partial acceptance."""
+    k = draft_tokens.shape[1]
+    if k == 0:  # the prefill's first token
+        return rejection_sample(draft_tokens, draft_probs, target_probs, u, e)
+    accepted = (u[:, 0] * (k + 1)).floor().long().clamp(max=k)
+    rows = torch.arange(draft_tokens.shape[0])
+    return Verdict(accepted=accepted, next_token=sample_from(target_probs[rows, accepted], e))
+
+
+def test_cache_rollback_after_partial_acceptance(llama, tmp_path):
+    """After each catch-up, cache slots 0..L-2 equal a fresh head pass over the true (feature, token) pairs."""
+    sampling = SamplingParams(temperature=1.0, seed=3)
+    proposer = EagleProposer(_ctx(llama, sampling), k=3, checkpoint=_head_checkpoint(llama, tmp_path))
+    checked = []
+    propose = proposer.propose
+
+    def propose_checked(state):
+        draft = propose(state)
+        for b, length in enumerate(state.lengths_host):
+            n = length - 1  # pairs 0..L-2
+            pos = torch.arange(n)[None]
+            feats = proposer.feats[b : b + 1, :n]
+            toks = state.tokens[b : b + 1, 1 : n + 1]
+            _, (k, v) = proposer.head(feats, toks, pos, return_kv=True)
+            torch.testing.assert_close(proposer.head.k_cache[b : b + 1, :, :n], k, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(proposer.head.v_cache[b : b + 1, :, :n], v, atol=1e-5, rtol=1e-5)
+        checked.append(draft)
+        return draft
+
+    proposer.propose = propose_checked
+    engine = Engine(make_runner(llama.model), proposer, Verifier(sampling, CPU, rule=_scripted_rule),
+                    max_new_tokens=14, eos_ids=set(), device=CPU)
+    rows, _ = engine.generate(_prompts(4, seed=5))
+    accepted = [r.accepted_tokens for r in rows]
+    assert len(checked) > 3 and 0 < sum(accepted) < sum(r.draft_tokens for r in rows)  # partial acceptance
+
+
+@pytest.mark.parametrize("arch,fuse", [("tiny-llama", None), ("tiny-qwen3", None), ("tiny-llama", [0, 1])])
+def test_lossless_greedy(arch, fuse, tmp_path):
+    """An untrained head: acceptance is low, the output is still the target's greedy decoding, token for token."""
+    model = tiny(arch)
+    prompts = _prompts(8)
+    ref = [model.model.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False, eos_token_id=None,
+                                pad_token_id=0)[0, len(p):].tolist() for p in prompts]
+    ckpt = _head_checkpoint(model, tmp_path, fuse)
+    for k, bs in ((3, 1), (2, 4)):
+        proposer = EagleProposer(_ctx(model), k=k, checkpoint=ckpt)
+        engine = Engine(make_runner(model.model), proposer, Verifier(SamplingParams(), CPU), max_new_tokens=12,
+                        eos_ids=set(), device=CPU)
+        rows = []
+        for s in range(0, len(prompts), bs):
+            rows += engine.generate(prompts[s : s + bs])[0]
+        assert [r.output_ids for r in rows] == ref, (arch, fuse, k, bs)
+
+
+def _accept_all(draft_tokens, draft_probs, target_probs, u, e):
+    """A wrong rule: every draft is accepted (the output then follows q, not p)."""
+    k = draft_tokens.shape[1]
+    if k == 0:  # the prefill's first token
+        return rejection_sample(draft_tokens, draft_probs, target_probs, u, e)
+    rows = torch.arange(draft_tokens.shape[0])
+    return Verdict(accepted=torch.full_like(draft_tokens[:, 0], k), next_token=sample_from(target_probs[rows, k], e))
+
+
+def _first_two_counts(model, ckpt, sampling, rule, prompt, n):
+    proposer = EagleProposer(_ctx(model, sampling), k=2, checkpoint=ckpt)
+    engine = Engine(make_runner(model.model), proposer, Verifier(sampling, CPU, rule=rule), max_new_tokens=2,
+                    eos_ids=set(), device=CPU)
+    rows, _ = engine.generate([prompt] * n)
+    return np.array([r.output_ids[:2] for r in rows])
+
+
+def _exact_marginals(model, prompt, temperature):
+    with torch.no_grad():
+        p1 = torch.softmax(model.model(torch.tensor([prompt])).logits[0, -1].double() / temperature, -1)  # [V]
+        v = p1.shape[0]
+        seqs = torch.cat([torch.tensor([prompt]).expand(v, -1), torch.arange(v)[:, None]], 1)
+        p2_given = torch.softmax(model.model(seqs).logits[:, -1].double() / temperature, -1)  # [V, V]
+    return p1.numpy(), (p1[:, None] * p2_given).sum(0).numpy()
+
+
+def _chi2_p(samples, probs):
+    n = len(samples)
+    counts = np.bincount(samples, minlength=len(probs)).astype(float)
+    expected = probs * n
+    big = expected >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    if exp[-1] < 5:  # fold a tiny remainder into the largest bin
+        obs, exp = obs[:-1], exp[:-1]
+        obs[np.argmax(exp)] += counts[~big].sum()
+        exp[np.argmax(exp)] += expected[~big].sum()
+    return stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+
+
+def test_sampling_matches_target_distribution_and_catches_a_wrong_rule(tmp_path):
+    model = tiny("tiny-llama", seed=2)
+    with torch.no_grad():  # sharpen the random target so that q and p differ visibly
+        model.model.lm_head.weight.mul_(6.0)
+    ckpt = _head_checkpoint(model, tmp_path, seed=4)
+    sampling = SamplingParams(temperature=1.0, seed=11)
+    prompt = [7, 3, 55, 20]
+    p1, p2 = _exact_marginals(model, prompt, 1.0)
+    good = _first_two_counts(model, ckpt, sampling, rejection_sample, prompt, 3000)
+    assert _chi2_p(good[:, 0], p1) > 1e-4
+    assert _chi2_p(good[:, 1], p2) > 1e-4
+    bad = _first_two_counts(model, ckpt, sampling, _accept_all, prompt, 3000)
+    assert _chi2_p(bad[:, 1], p2) < 1e-4
