@@ -13,6 +13,15 @@ by the next step's tokens at the same positions. No copies, no rollback.
 
 The forward performs no host synchronisation: every shape comes from the inputs or from
 `attn_len`, a host-side bound on the positions the caller already knows.
+
+Speed (issue 5). The q/k/v and gate/up projections run as one GEMM each: their weights are
+concatenated once and transformers' modules are re-pointed at views of the fused tensor (no second
+copy; the hf model still works). On CUDA with triton (`use_kernels=None` = auto) the step between
+GEMMs runs as four fused kernels per layer (specbench/kernels/decode.py): residual add + RMSNorm,
+q/k-norm + rotary + cache write, decode attention over each row's valid slots (read from the
+positions on the device, so `attn_len` does not matter for T <= 16 and a CUDA graph can be
+captured at a fixed shape), and SiLU * up. Elsewhere the torch reference path runs (the same
+fused GEMMs), which is what the CPU tests compare against transformers.
 """
 
 from __future__ import annotations
@@ -23,8 +32,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specbench.kernels.decode_ref import add_rmsnorm_ref, qkv_rope_cache_ref, rmsnorm_ref
+
 # model_type -> whether attention has per-head q/k RMSNorm (Qwen3)
 SUPPORTED_ARCHS: dict[str, bool] = {"llama": False, "qwen2": False, "qwen3": True}
+
+DECODE_KERNEL_MAX_T = 16  # the decode-attention kernel takes up to this many new tokens per row; SDPA above
 
 
 @dataclass
@@ -34,26 +47,33 @@ class ForwardOutput:
     layer_hidden: list[torch.Tensor] = field(default_factory=list)  # [B, T, H] each, outputs of asked layers
 
 
-def _rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    # the same computation as transformers' LlamaRMSNorm / Qwen3RMSNorm: normalise in fp32, scale in x's dtype
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * xf.to(x.dtype)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+def _fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Concatenate the weights (and biases) of linears over one input; re-point each at its view."""
+    with torch.no_grad():
+        weight = torch.cat([lin.weight for lin in linears], dim=0)
+        has_bias = [lin.bias is not None for lin in linears]
+        bias = None
+        if any(has_bias):
+            bias = torch.cat([lin.bias if lin.bias is not None else weight.new_zeros(lin.out_features) for lin in linears])
+        row = 0
+        for lin in linears:
+            n = lin.weight.shape[0]
+            lin.weight.data = weight[row : row + n]
+            if lin.bias is not None:
+                lin.bias.data = bias[row : row + n]
+            row += n
+    return weight, bias
 
 
 class DecoderRunner(nn.Module):
     """Forward over new tokens at given positions for one transformers decoder-only LM.
 
     `num_layers` < the model's depth gives a shallower model sharing the same weights (the
-    layer-skip draft); it then has its own, smaller cache.
+    layer-skip draft); it then has its own, smaller cache. `use_kernels`: None = the Triton kernels
+    on CUDA when triton imports, else the torch path; True/False forces it.
     """
 
-    def __init__(self, hf_model: nn.Module, num_layers: int | None = None) -> None:
+    def __init__(self, hf_model: nn.Module, num_layers: int | None = None, use_kernels: bool | None = None) -> None:
         super().__init__()
         cfg = hf_model.config
         if cfg.model_type not in SUPPORTED_ARCHS:
@@ -75,8 +95,30 @@ class DecoderRunner(nn.Module):
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.qk_norm = SUPPORTED_ARCHS[cfg.model_type]
         self.scaling = self.head_dim**-0.5
+        self.use_kernels = use_kernels
         self.k_cache: torch.Tensor | None = None  # [L, B, Hkv, S, D]
         self.v_cache: torch.Tensor | None = None
+        self.rope_cos: torch.Tensor | None = None  # [S, D] in the model dtype, transformers' own values
+        self.rope_sin: torch.Tensor | None = None
+        # fused projections, shared by every runner over the same hf model (draft = target)
+        self._w: list[dict[str, torch.Tensor | None]] = []
+        for layer in self.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            if not hasattr(attn, "_specbench_qkv"):
+                attn._specbench_qkv = _fuse_linears([attn.q_proj, attn.k_proj, attn.v_proj])
+            if not hasattr(mlp, "_specbench_gate_up"):
+                mlp._specbench_gate_up = _fuse_linears([mlp.gate_proj, mlp.up_proj])
+            qkv_w, qkv_b = attn._specbench_qkv
+            gu_w, gu_b = mlp._specbench_gate_up
+            qk_w = None
+            if self.qk_norm:
+                qk_w = torch.stack([attn.q_norm.weight.detach(), attn.k_norm.weight.detach()])
+            self._w.append(dict(qkv_w=qkv_w, qkv_b=qkv_b, gu_w=gu_w, gu_b=gu_b, qk_w=qk_w))
+        if any(getattr(layer.mlp, "act_fn", None) is not None and type(layer.mlp.act_fn).__name__ not in ("SiLU", "SiLUActivation")
+               for layer in self.layers):
+            self._silu = False
+        else:
+            self._silu = True
 
     @property
     def vocab_size(self) -> int:
@@ -98,10 +140,26 @@ class DecoderRunner(nn.Module):
         self.k_cache = self.v_cache = None  # free before allocating the new one
         self.k_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self.v_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
+        with torch.inference_mode():
+            pos = torch.arange(max_len, device=self.device)[None]
+            cos, sin = self.rotary(self.k_cache.new_empty(1), pos)  # [1, S, D], the model's dtype
+        self.rope_cos, self.rope_sin = cos[0].contiguous(), sin[0].contiguous()
 
     @property
     def max_len(self) -> int:
         return 0 if self.k_cache is None else self.k_cache.shape[3]
+
+    def kernels_on(self, device: torch.device | None = None) -> bool:
+        """Whether forward() takes the Triton path on `device` (default: the model's)."""
+        if self.use_kernels is not None:
+            return self.use_kernels
+        device = device or self.device
+        # float32 stays on the torch path on CUDA: tl.dot would round attention inputs to tf32
+        if device.type != "cuda" or not self._silu or self.dtype == torch.float32:
+            return False
+        from specbench.kernels.decode import triton_available
+
+        return triton_available(device)
 
     @torch.inference_mode()
     def forward(
@@ -114,38 +172,99 @@ class DecoderRunner(nn.Module):
         hidden_layers: tuple[int, ...] = (),
     ) -> ForwardOutput:
         assert self.k_cache is not None, "call allocate() first"
+        assert tokens.shape[0] <= self.k_cache.shape[1], "more rows than the cache was allocated for"
+        if self.kernels_on(tokens.device):
+            return self._forward_kernels(tokens, positions, attn_len, logits_at, want_hidden, hidden_layers)
+        return self._forward_torch(tokens, positions, attn_len, logits_at, want_hidden, hidden_layers)
+
+    def _head(self, x: torch.Tensor, logits_at: torch.Tensor | None, want_hidden: bool,
+              layer_hidden: list[torch.Tensor]) -> ForwardOutput:
+        out_x = x if logits_at is None else x.gather(1, logits_at[..., None].expand(-1, -1, x.shape[-1]))
+        logits = self.lm_head(out_x).float()
+        return ForwardOutput(logits=logits, hidden=x if want_hidden else None, layer_hidden=layer_hidden)
+
+    def _forward_torch(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers) -> ForwardOutput:
         bsz, t = tokens.shape
         s = self.max_len if attn_len is None else attn_len
+        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         x = self.embed(tokens)  # [B, T, H]
-        cos, sin = self.rotary(x, positions)  # [B, T, D]
+        cos, sin = self.rotary(x, positions)  # [B, T, D], computed as transformers does
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
         # 1) each query at position p sees its own row's slots 0..p
         slots = torch.arange(s, device=tokens.device)
         mask = slots[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
-        write_idx = positions[:, None, :, None].expand(bsz, self.num_kv_heads, t, self.head_dim)
+        write_idx = positions[:, None, :, None].expand(bsz, hkv, t, d)
         layer_hidden: list[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            h = _rms_norm(layer.input_layernorm, x)
-            q = attn.q_proj(h).view(bsz, t, self.num_heads, self.head_dim).transpose(1, 2)  # [B, Hq, T, D]
-            k = attn.k_proj(h).view(bsz, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
-            v = attn.v_proj(h).view(bsz, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+            attn, w = layer.self_attn, self._w[i]
+            h = rmsnorm_ref(x, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
+            qkv = F.linear(h, w["qkv_w"], w["qkv_b"]).view(bsz, t, hq + 2 * hkv, d).transpose(1, 2)
+            q, k, v = qkv.split([hq, hkv, hkv], dim=1)  # [B, H*, T, D]
             if self.qk_norm:
-                q, k = _rms_norm(attn.q_norm, q), _rms_norm(attn.k_norm, k)
+                q = rmsnorm_ref(q, attn.q_norm.weight, attn.q_norm.variance_epsilon)
+                k = rmsnorm_ref(k, attn.k_norm.weight, attn.k_norm.variance_epsilon)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             # 2) write this step's keys and values at their positions, then attend over the valid prefix
-            self.k_cache[i].scatter_(2, write_idx, k)
-            self.v_cache[i].scatter_(2, write_idx, v)
-            keys, values = self.k_cache[i, :, :, :s], self.v_cache[i, :, :, :s]
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling, enable_gqa=True)
+            kc, vc = self.k_cache[i, :bsz], self.v_cache[i, :bsz]
+            kc.scatter_(2, write_idx, k)
+            vc.scatter_(2, write_idx, v)
+            o = F.scaled_dot_product_attention(q, kc[:, :, :s], vc[:, :, :s], attn_mask=mask, scale=self.scaling,
+                                               enable_gqa=True)
             x = x + attn.o_proj(o.transpose(1, 2).reshape(bsz, t, -1))
             mlp = layer.mlp
-            h = _rms_norm(layer.post_attention_layernorm, x)
-            x = x + mlp.down_proj(mlp.act_fn(mlp.gate_proj(h)) * mlp.up_proj(h))
+            h = rmsnorm_ref(x, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
+            gate, up = F.linear(h, w["gu_w"], w["gu_b"]).chunk(2, dim=-1)
+            x = x + mlp.down_proj(mlp.act_fn(gate) * up)
             if i in hidden_layers:
                 layer_hidden.append(x)
-        x = _rms_norm(self.norm, x)
-        out_x = x if logits_at is None else x.gather(1, logits_at[..., None].expand(-1, -1, x.shape[-1]))
-        logits = self.lm_head(out_x).float()
-        return ForwardOutput(logits=logits, hidden=x if want_hidden else None, layer_hidden=layer_hidden)
+        x = rmsnorm_ref(x, self.norm.weight, self.norm.variance_epsilon)
+        return self._head(x, logits_at, want_hidden, layer_hidden)
+
+    def _forward_kernels(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers) -> ForwardOutput:
+        from specbench.kernels import decode as K
+        from specbench.kernels.skinny_gemm import skinny_linear as lin
+        from specbench.kernels.skinny_gemm import sum_partials
+
+        bsz, t = tokens.shape
+        n = bsz * t
+        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        pos = positions.reshape(n).contiguous()
+        x = F.embedding(tokens.reshape(n), self.embed.weight)  # [N, H]
+        pending: torch.Tensor | None = None  # the last sublayer's output, not yet added to x
+        layer_hidden: list[torch.Tensor] = []
+        small = t <= DECODE_KERNEL_MAX_T
+        if not small:
+            s = self.max_len if attn_len is None else attn_len
+            mask = torch.arange(s, device=tokens.device)[None, None, None, :] <= positions[:, None, :, None]
+        for i, layer in enumerate(self.layers):
+            attn, mlp, w = layer.self_attn, layer.mlp, self._w[i]
+            x, h = K.add_rmsnorm(x, pending, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
+            qkv = lin(h, w["qkv_w"], w["qkv_b"])  # [N, (Hq + 2 Hkv) D]; F.linear above 16 rows
+            kc, vc = self.k_cache[i], self.v_cache[i]
+            eps = attn.q_norm.variance_epsilon if self.qk_norm else 0.0
+            q = K.qkv_rope_cache(qkv, pos, bsz, self.rope_cos, self.rope_sin, w["qk_w"], eps, kc, vc, hq, hkv, d)
+            if small:
+                o = K.decode_attention(q.view(bsz, t, hq, d), kc, vc, positions.contiguous(), self.scaling)
+            else:
+                o = F.scaled_dot_product_attention(q.view(bsz, t, hq, d).transpose(1, 2), kc[:bsz, :, :s], vc[:bsz, :, :s],
+                                                   attn_mask=mask, scale=self.scaling, enable_gqa=True).transpose(1, 2)
+            # may be fp32 split-K partials [S, N, H]: add_rmsnorm sums them
+            a = lin(o.reshape(n, hq * d), attn.o_proj.weight, attn.o_proj.bias, may_split=True)
+            x, h = K.add_rmsnorm(x, a, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
+            gu = lin(h, w["gu_w"], w["gu_b"])
+            # silu(gate) * up: its own kernel (skinny_gemm.FUSE_SILU would fold it into the GEMM; measured slower)
+            pending = lin(gu, mlp.down_proj.weight, mlp.down_proj.bias, may_split=True, silu=True)
+            if i in hidden_layers:
+                x, pending = x + sum_partials(pending, x.dtype), None
+                layer_hidden.append(x.view(bsz, t, -1))
+        _, x = K.add_rmsnorm(x, pending, self.norm.weight, self.norm.variance_epsilon)
+        return self._head(x.view(bsz, t, -1), logits_at, want_hidden, layer_hidden)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+__all__ = ["SUPPORTED_ARCHS", "DecoderRunner", "ForwardOutput", "add_rmsnorm_ref", "qkv_rope_cache_ref"]

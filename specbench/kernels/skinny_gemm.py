@@ -1,0 +1,190 @@
+"""Skinny GEMM for decode: y = x @ W^T with few rows (M <= 16 tokens), streaming W at full bandwidth.
+
+cuBLAS picks poorly for M = 1..16 on the small matrices of a draft model: measured on the H200,
+Qwen3-0.6B's projections (4-13 MB each) ran at 1-1.6 TB/s, a third of the copy bandwidth, and
+one of them needs a separate split-K reduction kernel. This kernel tiles W by BLOCK_N output rows
+and BLOCK_K columns, multiplies the tile by all M rows of x at once (tl.dot on a 16-row tile), and
+optionally splits K into SPLIT parts for parallelism when N is small. With SPLIT > 1 it writes
+fp32 partial sums [SPLIT, M, N] that the consumer (`add_rmsnorm` in decode.py) adds in a fixed
+order: deterministic, and no extra reduction launch.
+
+The launch configuration is chosen per (M bucket, N, K, split allowed) by timing a few candidates
+on the device the first time a shape is seen outside a CUDA-graph capture (one host sync, once);
+inside a capture, an untuned shape uses a heuristic. Reference: `torch.nn.functional.linear`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from specbench.kernels.decode import _INTERPRETED, triton, triton_available
+
+if triton is not None:
+    import triton.language as tl
+
+    @triton.jit
+    def _skinny_kernel(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, k_per_split,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       PARTIAL: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, SILU: tl.constexpr):
+        pid_n = tl.program_id(0)
+        pid_s = tl.program_id(1)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rm = tl.arange(0, BLOCK_M)
+        rk = tl.arange(0, BLOCK_K)
+        n_ok = rn < N
+        m_ok = rm < M
+        k_lo = pid_s * k_per_split
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for k0 in range(k_lo, k_lo + k_per_split, BLOCK_K):
+            kk = k0 + rk
+            if EVEN_K:
+                xmask = m_ok[:, None]
+                wt = tl.load(w_ptr + rn[:, None].to(tl.int64) * stride_wn + kk[None, :], mask=n_ok[:, None], other=0.0)
+            else:
+                k_ok = kk < K
+                xmask = m_ok[:, None] & k_ok[None, :]
+                wt = tl.load(w_ptr + rn[:, None].to(tl.int64) * stride_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                             other=0.0)
+            xt = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=xmask, other=0.0)
+            if SILU:  # x is [gate | up] (2K wide): the input is silu(gate) * up, rounded as torch's bf16 ops round
+                up = tl.load(x_ptr + rm[:, None] * stride_xm + K + kk[None, :], mask=xmask, other=0.0).to(tl.float32)
+                gf = xt.to(tl.float32)
+                xt = ((gf / (1.0 + tl.exp(-gf))).to(wt.dtype).to(tl.float32) * up).to(wt.dtype)
+            acc += tl.dot(xt, tl.trans(wt))
+        if PARTIAL:
+            dst = out_ptr + (pid_s * M + rm[:, None]).to(tl.int64) * N + rn[None, :]
+            tl.store(dst, acc, mask=m_ok[:, None] & n_ok[None, :])
+        else:
+            if HAS_BIAS:
+                acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+            dst = out_ptr + rm[:, None].to(tl.int64) * N + rn[None, :]
+            tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+MAX_M = 16
+# (BLOCK_N, BLOCK_K, num_warps, num_stages)
+_CANDIDATES = [(16, 256, 4, 4), (16, 512, 4, 3), (32, 256, 4, 4), (32, 512, 4, 3), (64, 256, 4, 3), (16, 1024, 4, 2)]
+_TUNED: dict[tuple, tuple] = {}  # (M bucket, N, K, may_split) -> (BLOCK_N, BLOCK_K, warps, stages, split)
+ENABLED = True  # a switch for A/B measurements
+FUSE_SILU = False  # silu(gate) * up in the down GEMM's prologue: measured SLOWER on the H200 (0.6B 1x1 1.32 vs 1.04 ms; 8B 6.96 vs 4.57 ms), off
+
+
+def _m_bucket(m: int) -> int:
+    return 1 if m == 1 else (2 if m == 2 else (4 if m <= 4 else (8 if m <= 8 else 16)))
+
+
+def _sms(device: torch.device) -> int:
+    from specbench.kernels.decode import _sm_count
+
+    return 132 if device.type != "cuda" else _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def _splits_for(n: int, k: int, block_n: int, block_k: int, sms: int, may_split: bool) -> list[int]:
+    if not may_split:
+        return [1]
+    out = []
+    for s in (1, 2, 4, 8, 16):
+        if k % (s * block_k) == 0 and (s == 1 or -(-n // block_n) * s <= 8 * sms):
+            out.append(s)
+    return out or [1]
+
+
+def _heuristic(n: int, k: int, sms: int, may_split: bool) -> tuple:
+    block_n, block_k = 16, 256 if k % 512 else 512
+    split = 1
+    while may_split and -(-n // block_n) * split < 2 * sms and k % (2 * split * block_k) == 0 and split < 16:
+        split *= 2
+    return (block_n, block_k, 4, 3, split)
+
+
+def _launch(x, w, bias, cfg, may_split, silu=False):
+    m = x.shape[0]
+    n, k = w.shape
+    block_n, block_k, warps, stages, split = cfg
+    k_per = k // split if k % (split * block_k) == 0 else -(-k // (split * block_k)) * block_k
+    if split > 1:
+        out = torch.empty((split, m, n), device=x.device, dtype=torch.float32)
+    else:
+        out = torch.empty((m, n), device=x.device, dtype=x.dtype)
+    _skinny_kernel[(triton.cdiv(n, block_n), split)](
+        x, w, bias if bias is not None else w, out, m, n, k, x.stride(0), w.stride(0), k_per,
+        BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, PARTIAL=split > 1, HAS_BIAS=bias is not None,
+        EVEN_K=k % block_k == 0 and k_per % block_k == 0, SILU=silu, num_warps=warps, num_stages=stages)
+    return out
+
+
+def _tune(x, w, bias, may_split, silu=False) -> tuple:
+    n, k = w.shape
+    sms = _sms(x.device)
+    best, best_ms = None, float("inf")
+    torch.cuda.synchronize(x.device)
+    for block_n, block_k, warps, stages in _CANDIDATES:
+        if k % block_k and block_k > 256:
+            continue
+        for split in _splits_for(n, k, block_n, block_k, sms, may_split and bias is None):
+            cfg = (block_n, block_k, warps, stages, split)
+            try:
+                for _ in range(3):  # compile, then time 10 launches inside a graph (launch overhead out)
+                    _launch(x, w, bias, cfg, may_split, silu)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    for _ in range(10):
+                        _launch(x, w, bias, cfg, may_split, silu)
+                graph.replay()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(5):
+                    graph.replay()
+                end.record()
+                end.synchronize()
+                ms = start.elapsed_time(end) / 50
+                del graph
+            except Exception:  # noqa: BLE001 - a config that does not compile (shared memory) is skipped
+                continue
+            if ms < best_ms:
+                best, best_ms = cfg, ms
+    return best or _heuristic(n, k, sms, may_split)
+
+
+def usable(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether `skinny_linear` takes this product (else F.linear)."""
+    # float32 on CUDA stays with cuBLAS: tl.dot would round its inputs to tf32
+    return (ENABLED and x.dim() == 2 and x.shape[0] <= MAX_M and triton_available(x.device)
+            and x.stride(1) == 1 and w.stride(1) == 1 and x.dtype == w.dtype
+            and (x.dtype in (torch.bfloat16, torch.float16) or _INTERPRETED))
+
+
+def skinny_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, may_split: bool = False,
+                  config: tuple | None = None, silu: bool = False) -> torch.Tensor:
+    """x [M, K] @ w[N, K]^T (+ bias). With may_split, may return fp32 partials [S, M, N] (S >= 2) that
+    the caller must sum (add_rmsnorm does); otherwise [M, N] in x's dtype. With silu, x is the fused
+    [M, 2K] gate/up output and the product takes silu(gate) * up (decode.silu_mul) as its input."""
+    if silu and not (FUSE_SILU and usable(x, w)):
+        from specbench.kernels.decode import silu_mul, silu_mul_ref
+
+        x = silu_mul(x) if triton_available(x.device) and x.is_contiguous() else silu_mul_ref(x)
+        silu = False
+    if not usable(x, w):
+        return F.linear(x, w, bias)
+    m = x.shape[0]
+    key = (_m_bucket(m), w.shape[0], w.shape[1], may_split and bias is None, silu)
+    cfg = config or _TUNED.get(key)
+    if cfg is None:
+        capturing = x.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if x.device.type == "cuda" and not capturing and not _INTERPRETED:
+            cfg = _tune(x, w, bias, key[3], silu)
+        else:
+            cfg = _heuristic(w.shape[0], w.shape[1], _sms(x.device), key[3])
+        _TUNED[key] = cfg
+    return _launch(x, w, bias, cfg, key[3], silu)
+
+
+def sum_partials(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The reference for what a consumer does with partials: fixed-order fp32 sum, then the GEMM's rounding."""
+    if y.dim() == 2:
+        return y
+    acc = y[0].clone()
+    for s in range(1, y.shape[0]):
+        acc += y[s]
+    return acc.to(dtype)

@@ -1,0 +1,178 @@
+"""CUDA graphs for the decoder's small forwards: the target's verify (T = k+1) and the drafter's steps.
+
+`GraphedRunner` wraps a DecoderRunner with the same interface (allocate, forward/__call__,
+vocab_size, device, dtype, max_len). A forward of T <= `max_graph_tokens` new tokens is replayed
+from a graph captured once per key (batch bucket, T, logits_at columns, want_hidden,
+hidden_layers): inputs are copied into static buffers (rows past the batch padded to the bucket
+and pointed at a scratch slot), and the outputs are views of the graph's static outputs, valid
+until the next call with the same key. Larger forwards (prefill) run eagerly.
+
+Static shapes: the cache is allocated once for the largest bucket and slot count seen (it only
+grows; growing drops the graphs), attention reads each row's valid slots from the positions on the
+device (the Triton decode kernel), so `attn_len` is ignored inside a graph. No host
+synchronisation: the copies into the static buffers stay on the device.
+
+On the CPU (or `capture=False`) the same code path runs eagerly over the static buffers, which is
+how the CPU tests cover it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specbench.models.decoder import DECODE_KERNEL_MAX_T, DecoderRunner, ForwardOutput
+
+BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256)
+SLOT_ROUND = 128  # cache slots are allocated in multiples of this (+1 scratch slot), so batches reuse graphs
+
+
+def bucket(batch_size: int, buckets: tuple[int, ...] = BATCH_BUCKETS) -> int:
+    for b in buckets:
+        if b >= batch_size:
+            return b
+    return -(-batch_size // 64) * 64
+
+
+@dataclass
+class _Graph:
+    tokens: torch.Tensor
+    positions: torch.Tensor
+    logits_at: torch.Tensor | None
+    graph: Any = None  # torch.cuda.CUDAGraph when captured
+    out: ForwardOutput | None = None
+    replays: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class GraphedRunner:
+    """A DecoderRunner whose small forwards replay CUDA graphs (see the module docstring)."""
+
+    def __init__(self, runner: DecoderRunner, capture: bool | None = None, max_graph_tokens: int = DECODE_KERNEL_MAX_T,
+                 buckets: tuple[int, ...] = BATCH_BUCKETS) -> None:
+        self.runner = runner
+        self.capture = runner.device.type == "cuda" if capture is None else capture
+        self.max_graph_tokens = max_graph_tokens
+        self.buckets = buckets
+        self.graphs: dict[tuple, _Graph] = {}
+        self.pool = None
+        self.captures = 0
+
+    # the runner interface -------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:  # config, num_layers, k_cache, ... of the wrapped runner
+        if name == "runner":
+            raise AttributeError(name)
+        return getattr(self.runner, name)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.runner.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.runner.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.runner.dtype
+
+    @property
+    def max_len(self) -> int:
+        return self.runner.max_len
+
+    @property
+    def rows(self) -> int:
+        return 0 if self.runner.k_cache is None else self.runner.k_cache.shape[1]
+
+    @property
+    def scratch_slot(self) -> int:
+        """A slot no real position uses (allocate keeps one past every requested length)."""
+        return self.runner.max_len - 1
+
+    def allocate(self, batch_size: int, max_len: int) -> None:
+        rows = bucket(batch_size, self.buckets)
+        if self.runner.k_cache is not None and self.rows >= rows and self.max_len >= max_len + 1:
+            return
+        rows = max(rows, self.rows)
+        slots = max(-(-(max_len + 1) // SLOT_ROUND) * SLOT_ROUND, self.max_len)
+        self.graphs.clear()  # they point at the old cache
+        self.runner.allocate(rows, slots)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ForwardOutput:
+        return self.forward(*args, **kwargs)
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, attn_len: int | None = None,
+                logits_at: torch.Tensor | None = None, want_hidden: bool = False,
+                hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
+        bsz, t = tokens.shape
+        if t > self.max_graph_tokens or bsz > self.rows:
+            return self.runner(tokens, positions, attn_len=attn_len, logits_at=logits_at, want_hidden=want_hidden,
+                               hidden_layers=hidden_layers)
+        bb = bucket(bsz, self.buckets)
+        key = (bb, t, None if logits_at is None else logits_at.shape[1], bool(want_hidden), tuple(hidden_layers))
+        g = self.graphs.get(key)
+        if g is None:
+            g = self._build(key)
+        g.tokens[:bsz].copy_(tokens)
+        g.positions[:bsz].copy_(positions)
+        if bsz < bb:
+            g.positions[bsz:].fill_(self.scratch_slot)  # padding rows write only the scratch slot
+        if logits_at is not None:
+            g.logits_at[:bsz].copy_(logits_at)
+        if g.graph is not None:
+            g.graph.replay()
+        else:
+            g.out = self._run(g, key)
+        g.replays += 1
+        out = g.out
+        return ForwardOutput(logits=out.logits[:bsz], hidden=None if out.hidden is None else out.hidden[:bsz],
+                             layer_hidden=[h[:bsz] for h in out.layer_hidden])
+
+    # capture ----------------------------------------------------------------------------------
+    def _run(self, g: _Graph, key: tuple) -> ForwardOutput:
+        _, _, _, want_hidden, hidden_layers = key
+        return self.runner(g.tokens, g.positions, attn_len=self.runner.max_len, logits_at=g.logits_at,
+                           want_hidden=want_hidden, hidden_layers=hidden_layers)
+
+    def _build(self, key: tuple) -> _Graph:
+        bb, t, n_at = key[:3]
+        dev = self.device
+        # static inputs start at the scratch slot, so warm-up and capture never touch a live cache entry
+        g = _Graph(tokens=torch.zeros((bb, t), dtype=torch.long, device=dev),
+                   positions=torch.full((bb, t), self.scratch_slot, dtype=torch.long, device=dev),
+                   logits_at=None if n_at is None else torch.zeros((bb, n_at), dtype=torch.long, device=dev))
+        if self.capture:
+            stream = torch.cuda.Stream(device=dev)
+            stream.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # compile the Triton kernels, warm cuBLAS
+                    self._run(g, key)
+            torch.cuda.current_stream(dev).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                g.out = self._run(g, key)
+            if self.pool is None:
+                self.pool = graph.pool()
+            g.graph = graph
+            self.captures += 1
+        self.graphs[key] = g
+        return g
+
+
+def maybe_graphed(runner: Any, enabled: bool, capture: bool | None = None) -> Any:
+    """`runner` under CUDA graphs when `enabled` and it is our DecoderRunner; unchanged otherwise.
+
+    enabled on the CPU runs GraphedRunner's code path eagerly (capture only happens on CUDA)."""
+    if not enabled or isinstance(runner, GraphedRunner) or not isinstance(runner, DecoderRunner):
+        return runner
+    return GraphedRunner(runner, capture=capture)
+
+
+def cuda_graphs_default(setting: Any, device: torch.device) -> bool:
+    """engine.cuda_graphs: true/false, or auto/None = true on CUDA, false on the CPU."""
+    if setting in (None, "auto"):
+        return torch.device(device).type == "cuda"
+    return bool(setting)

@@ -1,0 +1,99 @@
+"""The decoder's Triton kernels equal their torch references (interpreter on the CPU, compiled on CUDA),
+and the decoder's kernel path equals its torch path on tiny models."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from specbench.kernels import decode  # noqa: E402
+
+_COMPILED = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+DEVICE = torch.device("cuda" if _COMPILED else "cpu")
+if DEVICE.type == "cpu" and not decode._INTERPRETED:
+    os.environ["TRITON_INTERPRET"] = "1"
+    decode = importlib.reload(decode)
+
+
+def _g(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("h", [48, 100])
+@pytest.mark.parametrize("add", [False, True])
+def test_add_rmsnorm(h, add):
+    g = _g(h)
+    x = torch.randn(5, h, generator=g).to(DEVICE)
+    d = torch.randn(5, h, generator=g).to(DEVICE) if add else None
+    w = torch.randn(h, generator=g).to(DEVICE)
+    s, out = decode.add_rmsnorm(x, d, w, 1e-6)
+    s_ref, out_ref = decode.add_rmsnorm_ref(x, d, w, 1e-6)
+    torch.testing.assert_close(s, s_ref)
+    torch.testing.assert_close(out, out_ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_qkv_rope_cache(qk_norm):
+    g = _g(1)
+    bsz, t, hq, hkv, d, slots = 3, 2, 4, 2, 16, 12
+    qkv = torch.randn(bsz * t, (hq + 2 * hkv) * d, generator=g).to(DEVICE)
+    positions = torch.tensor([[0, 1], [5, 6], [9, 10]]).reshape(-1).to(DEVICE)
+    cos = torch.randn(slots, d, generator=g).to(DEVICE)
+    sin = torch.randn(slots, d, generator=g).to(DEVICE)
+    nw = torch.randn(2, d, generator=g).to(DEVICE) if qk_norm else None
+    caches = [torch.randn(4, hkv, slots, d, generator=g).to(DEVICE) for _ in range(2)]  # 4 rows: row 3 untouched
+    ref_caches = [c.clone() for c in caches]
+    q = decode.qkv_rope_cache(qkv, positions, bsz, cos, sin, nw, 1e-6, caches[0], caches[1], hq, hkv, d)
+    q_ref = decode.qkv_rope_cache_ref(qkv, positions, bsz, cos, sin, nw, 1e-6, ref_caches[0], ref_caches[1], hq, hkv, d)
+    torch.testing.assert_close(q, q_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(caches[0], ref_caches[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(caches[1], ref_caches[1])
+
+
+@pytest.mark.parametrize("t,splits", [(1, 1), (3, 1), (1, 3), (4, 2)])
+def test_decode_attention(t, splits):
+    g = _g(t * 10 + splits)
+    bsz, hq, hkv, d, slots = 3, 6, 2, 16, 150
+    q = torch.randn(bsz, t, hq, d, generator=g).to(DEVICE)
+    kc = torch.randn(4, hkv, slots, d, generator=g).to(DEVICE)
+    vc = torch.randn(4, hkv, slots, d, generator=g).to(DEVICE)
+    starts = torch.tensor([0, 40, 140 - t])
+    positions = (starts[:, None] + torch.arange(t)).to(DEVICE)
+    out = decode.decode_attention(q, kc, vc, positions, d**-0.5, num_splits=splits, block_n=32)
+    ref = decode.decode_attention_ref(q, kc, vc, positions, d**-0.5)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+
+
+def test_silu_mul():
+    x = torch.randn(3, 2 * 70, generator=_g(2)).to(DEVICE)
+    torch.testing.assert_close(decode.silu_mul(x), decode.silu_mul_ref(x), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["tiny-llama", "tiny-qwen2", "tiny-qwen3"])
+def test_decoder_kernel_path_equals_torch_path(arch):
+    from specbench.models.decoder import DecoderRunner
+    from specbench.models.loading import load_model, resolve_spec
+
+    m = load_model(resolve_spec({"name": arch}, "target"), "cpu", torch.float32)
+    m.model.to(DEVICE)
+    ref, fast = DecoderRunner(m.model, use_kernels=False), DecoderRunner(m.model, use_kernels=True)
+    g = _g(5)
+    seq = torch.randint(0, 101, (2, 30), generator=g).to(DEVICE)
+    for r in (ref, fast):
+        r.allocate(3, 32)
+    lengths = [7, 4]
+    pos = torch.arange(7, device=DEVICE).expand(2, 7)
+    outs = [r(seq[:, :7], pos, attn_len=7, want_hidden=True, hidden_layers=(0,)) for r in (ref, fast)]
+    torch.testing.assert_close(outs[1].logits, outs[0].logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(outs[1].layer_hidden[0], outs[0].layer_hidden[0], atol=1e-5, rtol=1e-4)
+    for t in (1, 3, 2):
+        positions = torch.tensor(lengths, device=DEVICE)[:, None] + torch.arange(t, device=DEVICE)
+        tokens = seq.gather(1, positions)
+        outs = [r(tokens, positions, attn_len=max(lengths) + t) for r in (ref, fast)]
+        torch.testing.assert_close(outs[1].logits, outs[0].logits, atol=1e-4, rtol=1e-4)
+        lengths = [n + t for n in lengths]

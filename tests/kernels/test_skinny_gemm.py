@@ -1,0 +1,75 @@
+"""The skinny decode GEMM equals F.linear (interpreter on the CPU), with and without split-K partials,
+and add_rmsnorm consumes the partials like the rounded GEMM output."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")
+
+from specbench.kernels import decode, skinny_gemm  # noqa: E402
+
+_COMPILED = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+DEVICE = torch.device("cuda" if _COMPILED else "cpu")
+DTYPE = torch.bfloat16 if _COMPILED else torch.float32
+if DEVICE.type == "cpu" and not decode._INTERPRETED:
+    os.environ["TRITON_INTERPRET"] = "1"
+    decode = importlib.reload(decode)
+    skinny_gemm = importlib.reload(skinny_gemm)
+
+
+@pytest.mark.parametrize("m", [1, 3, 16])
+@pytest.mark.parametrize("cfg", [(16, 32, 4, 1, 1), (16, 32, 4, 1, 3), (32, 64, 4, 1, 2), None])
+def test_skinny_linear_matches_linear(m, cfg):
+    g = torch.Generator().manual_seed(m)
+    x = torch.randn(m, 96, generator=g).to(DEVICE, DTYPE)
+    w = torch.randn(40, 96, generator=g).to(DEVICE, DTYPE)
+    split = cfg is not None and cfg[4] > 1
+    y = skinny_gemm.skinny_linear(x, w, may_split=split or cfg is None, config=cfg)
+    if split:
+        assert y.shape == (cfg[4], m, 40) and y.dtype == torch.float32
+    y = skinny_gemm.sum_partials(y, DTYPE)
+    torch.testing.assert_close(y, F.linear(x, w), atol=1e-4, rtol=1e-4)
+
+
+def test_bias_and_fallback():
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(2, 64, generator=g).to(DEVICE, DTYPE)
+    w = torch.randn(24, 64, generator=g).to(DEVICE, DTYPE)
+    b = torch.randn(24, generator=g).to(DEVICE, DTYPE)
+    torch.testing.assert_close(skinny_gemm.skinny_linear(x, w, b, may_split=True), F.linear(x, w, b), atol=1e-4, rtol=1e-4)
+    big = torch.randn(20, 64, generator=g).to(DEVICE, DTYPE)  # more rows than MAX_M: F.linear
+    assert not skinny_gemm.usable(big, w)
+    torch.testing.assert_close(skinny_gemm.skinny_linear(big, w), F.linear(big, w))
+
+
+def test_add_rmsnorm_sums_partials():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 48, generator=g).to(DEVICE, DTYPE)
+    parts = torch.randn(4, 3, 48, generator=g).to(DEVICE)
+    w = torch.randn(48, generator=g).to(DEVICE, DTYPE)
+    s, out = decode.add_rmsnorm(x, parts, w, 1e-6)
+    s_ref, out_ref = decode.add_rmsnorm_ref(x, skinny_gemm.sum_partials(parts, DTYPE), w, 1e-6)
+    torch.testing.assert_close(s, s_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, out_ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cfg", [(16, 32, 4, 1, 1), (16, 32, 4, 1, 3), None])
+def test_silu_prologue(cfg):
+    g = torch.Generator().manual_seed(11)
+    gu = torch.randn(3, 2 * 96, generator=g).to(DEVICE, DTYPE)
+    w = torch.randn(40, 96, generator=g).to(DEVICE, DTYPE)
+    skinny_gemm.FUSE_SILU = True
+    try:
+        y = skinny_gemm.skinny_linear(gu, w, may_split=cfg is None or cfg[4] > 1, config=cfg, silu=True)
+    finally:
+        skinny_gemm.FUSE_SILU = False
+    ref = F.linear(decode.silu_mul_ref(gu), w)
+    torch.testing.assert_close(skinny_gemm.sum_partials(y, DTYPE), ref, atol=1e-4, rtol=1e-4)
+    y2 = skinny_gemm.skinny_linear(gu, w, silu=True)  # the unfused route (the default) gives the same
+    torch.testing.assert_close(y2, ref, atol=1e-4, rtol=1e-4)

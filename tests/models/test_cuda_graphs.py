@@ -1,0 +1,78 @@
+"""GraphedRunner's code path (static buffers, batch buckets, scratch slot, logits_at) gives the
+wrapped DecoderRunner's results; on the CPU it runs eagerly, capture happens only on CUDA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specbench.engine import Engine
+from specbench.models.cuda_graphs import GraphedRunner, bucket, cuda_graphs_default, maybe_graphed
+from specbench.models.decoder import DecoderRunner
+from specbench.models.loading import load_model, resolve_spec
+from specbench.strategies.base import BuildContext
+from specbench.strategies.draft_model import DraftModelProposer
+from specbench.strategies.none import TargetOnly
+from specbench.verify import SamplingParams, Verifier
+
+
+def tiny(name: str = "tiny-llama", seed: int = 0):
+    """tests/conftest.py's tiny(): imported by name, `conftest` can resolve to another directory's."""
+    return load_model(resolve_spec({"name": name, "init_seed": seed}, "target"), "cpu", torch.float32)
+
+
+def test_bucket_and_defaults():
+    assert [bucket(b) for b in (1, 3, 5, 9, 33, 64, 65)] == [1, 4, 8, 12, 40, 64, 80]
+    assert cuda_graphs_default("auto", torch.device("cpu")) is False
+    assert cuda_graphs_default(None, torch.device("cuda")) is True
+    assert cuda_graphs_default(False, torch.device("cuda")) is False
+    m = tiny("tiny-llama")
+    r = DecoderRunner(m.model)
+    assert maybe_graphed(r, False) is r
+    assert isinstance(maybe_graphed(r, True), GraphedRunner)
+    assert maybe_graphed(maybe_graphed(r, True), True).runner is r
+
+
+@pytest.mark.parametrize("arch", ["tiny-llama", "tiny-qwen3"])
+def test_graphed_runner_equals_runner(arch):
+    m = tiny(arch)
+    plain = DecoderRunner(m.model)
+    graphed = GraphedRunner(DecoderRunner(m.model))
+    g = torch.Generator().manual_seed(0)
+    bsz, plen = 3, 10
+    seq = torch.randint(0, 101, (bsz, 40), generator=g)
+    plain.allocate(bsz, 30)
+    graphed.allocate(bsz, 30)
+    assert graphed.rows == 4 and graphed.max_len >= 31  # bucket 4, slots rounded with a scratch slot
+    pos = torch.arange(plen).expand(bsz, plen)
+    a = plain(seq[:, :plen], pos, attn_len=plen)  # T=10 > max_graph_tokens: eager in both
+    b = graphed(seq[:, :plen], pos, attn_len=plen)
+    torch.testing.assert_close(a.logits, b.logits)
+    lengths = torch.tensor([plen, plen - 2, plen - 5])
+    for step, t in enumerate([1, 4, 2, 4, 1]):
+        positions = lengths[:, None] + torch.arange(t)
+        tokens = seq.gather(1, positions)
+        at = torch.full((bsz, 1), t - 1) if step % 2 else None
+        a = plain(tokens, positions, attn_len=int(lengths.max()) + t, logits_at=at)
+        b = graphed(tokens, positions, attn_len=int(lengths.max()) + t, logits_at=at)
+        torch.testing.assert_close(a.logits, b.logits, atol=1e-5, rtol=1e-5)
+        lengths = lengths + torch.tensor([t, 1, max(1, t - 1)])
+    assert len(graphed.graphs) == 4  # (4, 1, None), (4, 4, 1), (4, 2, None), (4, 1, 1)... keyed by T and logits_at
+
+
+def test_engine_with_graphed_runners_is_lossless():
+    """Greedy draft_model through GraphedRunners (target and draft) emits target-only greedy tokens."""
+    t = tiny("tiny-qwen3")
+    d = tiny("tiny-qwen3", seed=1)
+    sp = SamplingParams()
+    target = maybe_graphed(DecoderRunner(t.model), True)
+    ctx = BuildContext(target=t, target_runner=target, draft=d, sampling=sp, device=torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 101, (n,), generator=g).tolist() for n in (5, 9, 3)]
+    ref = Engine(DecoderRunner(t.model), TargetOnly(ctx), Verifier(sp, "cpu"), max_new_tokens=12, eos_ids=set(),
+                 device=torch.device("cpu")).generate(prompts)[0]
+    prop = DraftModelProposer(ctx, k=3)
+    prop.runner = maybe_graphed(prop.runner, True)
+    rows = Engine(target, prop, Verifier(sp, "cpu"), max_new_tokens=12, eos_ids=set(),
+                  device=torch.device("cpu")).generate(prompts)[0]
+    assert [r.output_ids for r in rows] == [r.output_ids for r in ref]

@@ -1,0 +1,89 @@
+"""Our decoder's logits equal transformers' (fp32, CPU) for llama, qwen2 and qwen3, through prefill and
+ragged decode steps over the per-row static cache, including the fused q/k/v and gate/up projections."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specbench.models.decoder import DecoderRunner
+from specbench.models.loading import load_model, resolve_spec
+
+
+def tiny(name: str = "tiny-llama", seed: int = 0):
+    """tests/conftest.py's tiny(): imported by name, `conftest` can resolve to another directory's."""
+    return load_model(resolve_spec({"name": name, "init_seed": seed}, "target"), "cpu", torch.float32)
+
+ATOL = 2e-5
+
+
+def _hf_logits(model, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(ids, use_cache=False).logits.float()
+
+
+def _check_runner_against_hf(hf, runner: DecoderRunner, vocab: int, lens=(5, 9, 3), steps=(1, 3, 2, 4), seed=0, atol=ATOL):
+    g = torch.Generator().manual_seed(seed)
+    bsz = len(lens)
+    total = max(lens) + sum(steps) + 2
+    seqs = torch.randint(0, vocab, (bsz, total), generator=g)
+    runner.allocate(bsz, total + 4)
+    pmax = max(lens)
+    pos = torch.arange(pmax).expand(bsz, pmax)
+    out = runner(seqs[:, :pmax], pos, attn_len=pmax, want_hidden=True)
+    for b, n in enumerate(lens):
+        ref = _hf_logits(hf, seqs[b : b + 1, :n])[0]
+        torch.testing.assert_close(out.logits[b, :n], ref, atol=atol, rtol=1e-4)
+    # ragged decode steps: row b continues at its own length with T new tokens
+    lengths = list(lens)
+    for t in steps:
+        positions = torch.tensor(lengths)[:, None] + torch.arange(t)
+        tokens = seqs.gather(1, positions)
+        out = runner(tokens, positions, attn_len=max(lengths) + t)
+        for b in range(bsz):
+            full = _hf_logits(hf, seqs[b : b + 1, : lengths[b] + t])[0, lengths[b] :]
+            torch.testing.assert_close(out.logits[b], full, atol=atol, rtol=1e-4)
+        # rows accept different amounts: the stale slots above each new length must never be read
+        lengths = [n + max(1, t - b % 2) for b, n in enumerate(lengths)]
+
+
+@pytest.mark.parametrize("arch", ["tiny-llama", "tiny-qwen2", "tiny-qwen3"])
+def test_decoder_matches_transformers(arch):
+    m = tiny(arch)
+    _check_runner_against_hf(m.model, DecoderRunner(m.model), m.model.config.vocab_size)
+
+
+def test_fused_weights_are_views_and_shared():
+    m = tiny("tiny-qwen3")
+    r1 = DecoderRunner(m.model)
+    attn = m.model.model.layers[0].self_attn
+    fused, _ = attn._specbench_qkv
+    assert attn.q_proj.weight.data_ptr() == fused.data_ptr()
+    r2 = DecoderRunner(m.model, num_layers=1)  # a second runner reuses the fused tensors
+    assert r2._w[0]["qkv_w"] is r1._w[0]["qkv_w"]
+
+
+def test_logits_at_and_hidden_layers():
+    m = tiny("tiny-llama")
+    r = DecoderRunner(m.model)
+    r.allocate(2, 16)
+    tok = torch.randint(0, 101, (2, 6), generator=torch.Generator().manual_seed(3))
+    pos = torch.arange(6).expand(2, 6)
+    full = r(tok, pos, attn_len=6, want_hidden=True, hidden_layers=(0,))
+    at = torch.tensor([[5], [2]])
+    part = r(tok, pos, attn_len=6, logits_at=at)
+    torch.testing.assert_close(part.logits[:, 0], full.logits[torch.arange(2), at[:, 0]])
+    assert full.hidden.shape == (2, 6, 48) and len(full.layer_hidden) == 1
+
+
+def test_fewer_rows_than_the_cache():
+    m = tiny("tiny-qwen3")
+    r = DecoderRunner(m.model)
+    r.allocate(4, 32)  # a graph bucket: the batch uses rows 0..1
+    _check_runner_against_hf(m.model, r, 101, lens=(4, 7), steps=(1, 2))
+
+
+@pytest.mark.slow
+def test_decoder_matches_transformers_smollm2(smollm2):
+    _check_runner_against_hf(smollm2.model, DecoderRunner(smollm2.model), smollm2.model.config.vocab_size,
+                             lens=(12, 7), steps=(1, 4), atol=1e-4)  # 30 layers, logits up to ~20: fp32 GEMM order
