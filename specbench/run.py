@@ -28,9 +28,11 @@ from specbench.logging import make_logger, results_table, write_json_atomic, wri
 from specbench.metrics import exact_match, prompt_metrics, speedup, summarize
 from specbench.models.loading import DTYPES, LoadedModel, ModelSpec, load_model, resolve_spec, suggested_draft
 from specbench.models.multimodal import image_processor_for, make_vlm_aware_runner
+from specbench.models.cuda_graphs import cuda_graphs_default, maybe_graphed
 from specbench.models.runner import BACKENDS
 from specbench.strategies.base import BuildContext, Proposer, raise_if_vocab_too_large
 from specbench.strategies.none import TargetOnly
+from specbench.synthetic import SyntheticVerifier, rate_for_acceptance_length
 from specbench.verify import SamplingParams, Verifier
 
 CONF_DIR = Path(__file__).with_name("conf")
@@ -60,6 +62,19 @@ class _Plan:
     max_model_len: int
     backend: str
     rule: Callable[..., Any] | None  # the acceptance rule for T > 0 (None = verify.rejection_sample)
+    cuda_graphs: bool
+    synthetic: dict[str, Any]  # verify.synthetic_*: empty = real, lossless acceptance
+
+    @property
+    def lossless(self) -> bool:
+        return not self.synthetic
+
+    def verifier(self) -> Verifier:
+        """A fresh Verifier (same seed) for each engine, so baseline and strategy draw the same noise."""
+        if self.synthetic:
+            return SyntheticVerifier(self.sampling, self.device, self.synthetic.get("synthetic_acceptance_length"),
+                                     self.synthetic.get("synthetic_per_position"))
+        return Verifier(self.sampling, self.device, rule=self.rule)
 
 
 def available_strategies() -> list[str]:
@@ -128,9 +143,28 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
     if not isinstance(max_len, int) or max_len < 2:
         raise ConfigError(f"max_model_len={max_len!r}; allowed: an integer >= 2")
     rule = _acceptance_rule(device, e.get("triton_verify", "auto"))
+    graphs_setting = e.get("cuda_graphs", "auto")
+    if graphs_setting not in ("auto", True, False, None):
+        raise unknown("engine.cuda_graphs", graphs_setting, ["auto", "true", "false"])
+    synthetic = {key: v for key, v in (c.get("verify") or {}).items() if v is not None}
+    if synthetic:
+        _check_synthetic(synthetic, int(strategy_cfg.get("k") or 0))
     prompts = load_prompts(c["dataset"])
     return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], batch_size,
-                 max_new, max_len, backend, rule)
+                 max_new, max_len, backend, rule, cuda_graphs_default(graphs_setting, device), synthetic)
+
+
+def _check_synthetic(settings: dict[str, Any], k: int) -> None:
+    allowed = ("synthetic_acceptance_length", "synthetic_per_position")
+    extra = sorted(set(settings) - set(allowed))
+    if extra:
+        raise ConfigError(f"unknown verify setting(s) {extra}; allowed: {', '.join(allowed)}")
+    al = settings.get("synthetic_acceptance_length")
+    if al is not None and k >= 1:
+        rate_for_acceptance_length(float(al), k)  # raises ConfigError when AL is outside [1, k+1]
+    rates = settings.get("synthetic_per_position")
+    if rates is not None and (not isinstance(rates, list) or not all(isinstance(a, (int, float)) and 0 <= a <= 1 for a in rates)):
+        raise ConfigError(f"verify.synthetic_per_position={rates!r}; allowed: a list of rates in [0, 1], one per draft position")
 
 
 def _eos_ids(model: LoadedModel) -> set[int]:
@@ -228,15 +262,15 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     k = int(p.strategy_cfg.get("k") or 0)
     check_prompt_lengths(p.prompts, token_ids, p.max_model_len, p.max_new_tokens, extra=k + 1)
 
-    target_runner = make_vlm_aware_runner(target.model, p.backend)
+    target_runner = maybe_graphed(make_vlm_aware_runner(target.model, p.backend), p.cuda_graphs)
     ctx = BuildContext(target=target, target_runner=target_runner, draft=draft, sampling=p.sampling,
-                       device=p.device, backend=p.backend)
+                       device=p.device, backend=p.backend, cuda_graphs=p.cuda_graphs)
     options = {key: v for key, v in p.strategy_cfg.items() if key != "_target_"}
     proposer = p.strategy_cls(ctx, **options)
     eos = set() if (cfg.get("engine") or {}).get("ignore_eos", False) else _eos_ids(target)
 
     def engine_for(prop: Proposer) -> Engine:
-        return Engine(target_runner, prop, Verifier(p.sampling, p.device, rule=p.rule), max_new_tokens=p.max_new_tokens,
+        return Engine(target_runner, prop, p.verifier(), max_new_tokens=p.max_new_tokens,
                       eos_ids=eos, device=p.device)
 
     engines = {"strategy": engine_for(proposer)}
@@ -244,7 +278,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
         engines = {"baseline": engine_for(TargetOnly(ctx)), **engines}
     if (cfg.get("engine") or {}).get("warmup", True):
         for engine in engines.values():  # allocator, kernels and caches warm, untimed
-            Engine(engine.target, engine.proposer, Verifier(p.sampling, p.device, rule=p.rule), max_new_tokens=min(8, p.max_new_tokens),
+            Engine(engine.target, engine.proposer, p.verifier(), max_new_tokens=min(8, p.max_new_tokens),
                    eos_ids=set(), device=p.device).generate(token_ids[: p.batch_size],
                                                             mm_inputs=mm_inputs[: p.batch_size] if mm_inputs else None)
 
@@ -262,7 +296,8 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
                 "draft": p.draft.label if p.draft else None, "dataset": (cfg.get("dataset") or {}).get("name"),
                 "n_prompts": len(p.prompts), "max_new_tokens": p.max_new_tokens, "batch_size": p.batch_size,
                 "temperature": p.sampling.temperature, "top_k": p.sampling.top_k, "top_p": p.sampling.top_p,
-                "seed": p.sampling.seed, "dtype": str(p.dtype).removeprefix("torch."), "lossless": True},
+                "seed": p.sampling.seed, "dtype": str(p.dtype).removeprefix("torch."), "lossless": p.lossless,
+                "synthetic_acceptance": p.synthetic or None, "cuda_graphs": p.cuda_graphs},
         "config": OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg),
         "environment": _environment(p.device),
         "baseline": summaries.get("baseline"),

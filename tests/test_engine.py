@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import perturbed, tiny
+from specbench_testing import perturbed, tiny
 from scipy.stats import chisquare
 
 from specbench.engine import Engine

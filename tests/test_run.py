@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from specbench.errors import ConfigError
 from specbench.run import CONF_DIR, plan, run
 
-TINY = ["target=tiny-llama", "dataset=builtin", "dataset.num_prompts=5", "max_new_tokens=6", "logger=none"]
+TINY = ["target=tiny-llama", "strategy=draft_model", "dataset=builtin", "dataset.num_prompts=5", "max_new_tokens=6", "logger=none"]
 
 
 def cfg(*overrides: str):
@@ -21,16 +21,17 @@ def cfg(*overrides: str):
 
 def test_default_config_is_the_embedded_default():
     c = cfg()
-    assert c.target.name == "smollm2-135m" and c.draft.name == "auto" and c.strategy.name == "draft_model"
+    assert c.target.name == "smollm2-135m" and c.draft.name == "auto" and c.strategy.name == "eagle"
     assert c.dataset.name == "mt-bench" and c.logger.name == "wandb" and c.sampling.temperature == 0
-    p = plan(c)
-    assert p.draft is not None and p.draft.name == "smollm2-135m"  # draft=auto: the preset's pair (itself, for now)
+    assert plan(c).draft is None  # eagle reads the target's features; no draft model to load
+    p = plan(cfg("strategy=draft_model"))
+    assert p.draft is not None and p.draft.name == "smollm2-135m"  # draft=auto: the preset's pair (itself)
 
 
 def test_draft_auto_picks_the_preset_pair():
-    p = plan(cfg("target=qwen3-32b", "dataset=builtin"))
+    p = plan(cfg("target=qwen3-32b", "strategy=draft_model", "dataset=builtin"))
     assert p.target.path == "Qwen/Qwen3-32B" and p.draft.name == "qwen3-1.7b" and p.draft.path == "Qwen/Qwen3-1.7B"
-    assert plan(cfg("target=qwen3-8b-random", "dataset=builtin")).draft.name == "qwen3-0.6b-random"
+    assert plan(cfg("target=qwen3-8b-random", "strategy=draft_model", "dataset=builtin")).draft.name == "qwen3-0.6b-random"
 
 
 def test_run_writes_results_and_outputs(tmp_path: Path):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-COMMON = ["target=tiny-llama", "draft=self", "dataset=builtin", "dataset.num_prompts=3", "max_new_tokens=6",
+COMMON = ["target=tiny-llama", "strategy=draft_model", "draft=self", "dataset=builtin", "dataset.num_prompts=3", "max_new_tokens=6",
           "logger=none", "engine.warmup=false"]
 
 

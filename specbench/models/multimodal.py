@@ -92,10 +92,14 @@ class OutOfVocabGuard:
         return getattr(self.__dict__["runner"], name)
 
 
-def make_draft_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None) -> OutOfVocabGuard:
-    """The draft's runner, chosen from the DRAFT's own config, guarded against target-only ids."""
+def make_draft_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None,
+                      graphs: bool = False) -> OutOfVocabGuard:
+    """The draft's runner, chosen from the DRAFT's own config (under CUDA graphs when `graphs` and it is
+    our decoder), guarded against target-only ids."""
+    from specbench.models.cuda_graphs import maybe_graphed
+
     pad = getattr(getattr(hf_model.config, "text_config", hf_model.config), "pad_token_id", None)
-    runner = make_vlm_aware_runner(hf_model, backend, num_layers)
+    runner = maybe_graphed(make_vlm_aware_runner(hf_model, backend, num_layers), graphs)
     return OutOfVocabGuard(runner, pad if isinstance(pad, int) and 0 <= pad < runner.vocab_size else 0)
 
 

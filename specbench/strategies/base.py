@@ -39,6 +39,7 @@ class BuildContext:
     sampling: SamplingParams
     device: torch.device
     backend: str = "auto"
+    cuda_graphs: bool = False  # wrap the strategy's own forwards in CUDA graphs (models.cuda_graphs.maybe_graphed)
 
 
 @dataclass

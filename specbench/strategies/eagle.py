@@ -34,6 +34,7 @@ from specbench.errors import ConfigError
 from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
 from specbench.verify import logits_to_probs, sample_from
 
+PACKAGED = Path(__file__).resolve().parents[1] / "checkpoints"  # drafters trained for the packaged presets
 TRAIN_HINT = "train one with `python -m specbench.train strategy={kind} target=<target preset>` (see specbench/checkpoints/README.md)"
 
 
@@ -188,6 +189,8 @@ def checkpoint_files(path: str | Path | None, kind: str) -> tuple[Path, Path]:
         raise ConfigError(f"strategy {kind} needs strategy.checkpoint=<directory with model.safetensors and "
                           f"config.json>; none was given. {TRAIN_HINT.format(kind=kind)}")
     p = Path(str(path)).expanduser()
+    if not p.exists() and (PACKAGED / str(path)).exists():  # a checkpoint shipped in specbench/checkpoints/
+        p = PACKAGED / str(path)
     directory = p if p.is_dir() else p.parent
     weights = p if p.is_file() else next((directory / n for n in ("model.safetensors", "pytorch_model.bin")
                                           if (directory / n).exists()), directory / "model.safetensors")
@@ -214,6 +217,9 @@ def load_eagle_head(path: str | Path, target_model: nn.Module, target_label: str
         raise ConfigError(f"strategy.checkpoint={str(path)!r} holds a {raw.get('kind')!r} drafter, not an eagle head")
     cfg = EagleConfig(**{k: raw[k] for k in EagleConfig.__dataclass_fields__ if k in raw})
     tc = target_model.config
+    if getattr(tc, "vision_config", None) is not None:
+        raise ConfigError(f"strategy eagle reads a text decoder's features; target {target_label!r} is a vision-language "
+                          f"model ({tc.model_type}). Use strategy=draft_model for VLM targets")
     if cfg.hidden_size != tc.hidden_size or cfg.vocab_size > tc.vocab_size:
         raise ConfigError(f"eagle checkpoint {str(path)!r} was trained for hidden size {cfg.hidden_size}, vocab {cfg.vocab_size} "
                           f"(target {cfg.target!r}); target {target_label!r} has {tc.hidden_size}, {tc.vocab_size}. "

@@ -27,6 +27,7 @@ import torch
 
 from specbench.errors import ConfigError
 from specbench.models.decoder import SUPPORTED_ARCHS
+from specbench.models.cuda_graphs import maybe_graphed
 from specbench.models.runner import make_runner
 from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
 from specbench.verify import Verdict, logits_to_probs, sample_from
@@ -67,7 +68,7 @@ class LayerSkipProposer(Proposer):
         hf = ctx.target.model
         raise_if_no_native_decoder(hf.config.model_type, ctx.backend)
         self.num_layers = resolve_num_layers(num_layers, hf.config.num_hidden_layers)
-        self.runner = make_runner(hf, ctx.backend, num_layers=self.num_layers)  # shares the target's weights
+        self.runner = maybe_graphed(make_runner(hf, ctx.backend, num_layers=self.num_layers), ctx.cuda_graphs)  # shares the target's weights
         self.device = ctx.device
         self.generator = torch.Generator(device=ctx.device)
         self.generator.manual_seed(ctx.sampling.seed + 1)  # the draft's noise is independent of the verifier's

@@ -78,6 +78,9 @@ def read_medusa_config(path: str | Path | None) -> tuple[Path, MedusaConfig]:
 def load_medusa_heads(path: str | Path, target_model: nn.Module, target_label: str = "") -> MedusaHeads:
     weights, cfg = read_medusa_config(path)
     tc = target_model.config
+    if getattr(tc, "vision_config", None) is not None:
+        raise ConfigError(f"strategy medusa reads a text decoder's last hidden state; target {target_label!r} is a "
+                          f"vision-language model ({tc.model_type}). Use strategy=draft_model for VLM targets")
     if cfg.hidden_size != tc.hidden_size or cfg.vocab_size > tc.vocab_size:
         raise ConfigError(f"medusa checkpoint {str(path)!r} was trained for hidden size {cfg.hidden_size}, vocab "
                           f"{cfg.vocab_size} (target {cfg.target!r}); target {target_label!r} has {tc.hidden_size}, "

@@ -15,7 +15,7 @@ from specbench.run import CONF_DIR, run
 
 pytestmark = pytest.mark.skipif("tiny-qwen2.5-vl" not in PRESETS, reason="tiny VLM presets not registered yet")
 
-DEMO = ["dataset=images", "dataset.num_prompts=6", "max_new_tokens=8", "logger=none", "engine.batch_size=3"]
+DEMO = ["strategy=draft_model", "dataset=images", "dataset.num_prompts=6", "max_new_tokens=8", "logger=none", "engine.batch_size=3"]
 
 
 def _cfg(*overrides: str):

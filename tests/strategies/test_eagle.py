@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy import stats
 
-from conftest import tiny
+from specbench_testing import tiny
 from specbench.engine import Engine
 from specbench.errors import ConfigError
 from specbench.models.runner import make_runner

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny
+from specbench_testing import tiny
 from specbench.engine import Engine
 from specbench.errors import ConfigError
 from specbench.models.decoder import DecoderRunner

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import tiny
+from specbench_testing import tiny
 from specbench.engine import Engine
 from specbench.errors import ConfigError
 from specbench.models.runner import make_runner
