@@ -30,7 +30,11 @@ class DraftModelProposer(Proposer):
         raise_if_vocab_too_large(ctx.draft.vocab_size, ctx.target.vocab_size, ctx.draft.spec.label, ctx.target.spec.label)
         raise_if_tokenizers_disagree(ctx.draft.tokenizer, ctx.target.tokenizer, ctx.draft.spec.label, ctx.target.spec.label)
         # chosen from the DRAFT's own config: a VLM draft gets images (begin_batch), a text draft plain positions
-        self.runner = make_draft_runner(ctx.draft.model, ctx.backend, graphs=ctx.cuda_graphs)
+        self._use_runner(ctx, make_draft_runner(ctx.draft.model, ctx.backend, graphs=ctx.cuda_graphs))
+
+    def _use_runner(self, ctx: BuildContext, runner: Any) -> None:
+        """The drafting state around `runner` (layer_skip reuses all of it with the target's first layers)."""
+        self.runner = runner
         self.device = ctx.device
         self.generator = torch.Generator(device=ctx.device)
         self.generator.manual_seed(ctx.sampling.seed + 1)  # the draft's noise is independent of the verifier's

@@ -23,14 +23,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 
 from specbench.errors import ConfigError
 from specbench.models.decoder import SUPPORTED_ARCHS
 from specbench.models.cuda_graphs import maybe_graphed
 from specbench.models.runner import make_runner
-from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
-from specbench.verify import Verdict, logits_to_probs, sample_from
+from specbench.strategies.base import BuildContext, Proposer
+from specbench.strategies.draft_model import DraftModelProposer
 
 
 def _is_int(x: Any) -> bool:
@@ -56,23 +55,20 @@ def raise_if_no_native_decoder(model_type: str, backend: str) -> None:
                           f"the first L layers with specbench's own decoder; transformers' forward cannot exit early)")
 
 
-class LayerSkipProposer(Proposer):
-    owns_kv_cache = True
-    needs_catch_up = True
-    samples = True
+class LayerSkipProposer(DraftModelProposer):
+    """draft_model's drafting loop (catch-up, K forwards, rollback by length) over the target's first L layers."""
+
+    needs_draft_model = False
 
     def __init__(self, ctx: BuildContext, k: int, name: str = "layer_skip", num_layers: int | None = None,
                  **options: Any) -> None:
-        super().__init__(ctx, k, name, **options)
+        Proposer.__init__(self, ctx, k, name, **options)
         self.validate({"name": name, "k": k, "num_layers": num_layers})
         hf = ctx.target.model
         raise_if_no_native_decoder(hf.config.model_type, ctx.backend)
         self.num_layers = resolve_num_layers(num_layers, hf.config.num_hidden_layers)
-        self.runner = maybe_graphed(make_runner(hf, ctx.backend, num_layers=self.num_layers), ctx.cuda_graphs)  # shares the target's weights
-        self.device = ctx.device
-        self.generator = torch.Generator(device=ctx.device)
-        self.generator.manual_seed(ctx.sampling.seed + 1)  # the draft's noise is independent of the verifier's
-        self.seen: list[int] = []  # per row: committed tokens the draft has processed (positions < seen)
+        # shares the target's weights; its own L-layer cache
+        self._use_runner(ctx, maybe_graphed(make_runner(hf, ctx.backend, num_layers=self.num_layers), ctx.cuda_graphs))
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:
@@ -81,42 +77,3 @@ class LayerSkipProposer(Proposer):
         if layers is not None and (not _is_int(layers) or layers < 1):
             raise ConfigError(f"strategy.num_layers={layers!r} for strategy 'layer_skip'; allowed: an integer >= 1 "
                               f"and below the target's depth, or null for half the target's layers")
-
-    def start(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
-        b, p = state.batch_size, max(state.prompt_lengths)
-        self.runner.allocate(b, state.max_len)
-        # right-padded prompts: slots past a row's prompt get garbage that is masked, then overwritten
-        positions = torch.arange(p, device=self.device).expand(b, p)
-        self.runner(state.tokens[:, :p], positions, attn_len=p, logits_at=positions[:, :1])
-        self.seen = list(state.prompt_lengths)
-
-    def propose(self, state: DecodeState) -> Draft:
-        bsz = state.batch_size
-        # 1) catch up: feed the last T committed tokens, T = the most any row has not seen; rows that
-        #    saw more re-feed tokens at their own positions, which rewrites identical cache entries
-        t = max(1, *(length - seen for length, seen in zip(state.lengths_host, self.seen)))
-        positions = state.lengths[:, None] - t + torch.arange(t, device=self.device)  # [B, T]
-        inputs = state.tokens.gather(1, positions)
-        attn_len = max(state.lengths_host) + self.k
-        last = torch.full((bsz, 1), t - 1, device=self.device)
-        logits = self.runner(inputs, positions, attn_len=attn_len, logits_at=last).logits[:, 0]  # [B, V]
-        # 2) draft K tokens through the early exit; d_i is fed back for i < K (d_K never needs the cache)
-        tokens, probs = [], []
-        for i in range(self.k):
-            if self.sampling.greedy:
-                d = logits.argmax(-1)
-            else:
-                q = logits_to_probs(logits, self.sampling)  # [B, V]
-                e = torch.empty_like(q).exponential_(generator=self.generator)
-                d = sample_from(q, e)
-                probs.append(q)
-            tokens.append(d)
-            if i + 1 < self.k:
-                pos = state.lengths[:, None] + i  # d_{i+1} sits at position lengths + i
-                logits = self.runner(d[:, None], pos, attn_len=attn_len).logits[:, 0]
-        return Draft(tokens=torch.stack(tokens, 1), probs=torch.stack(probs, 1) if probs else None)
-
-    def commit(self, state: DecodeState, verdict: Verdict, accepted: list[int], old_lengths: list[int]) -> None:
-        # 3) roll back: the draft processed the pending token and d_1..d_{K-1}; its cache is valid up to
-        #    the first rejected one, and never past a row's (possibly truncated) committed length
-        self.seen = [min(old + min(n, self.k - 1), new) for old, n, new in zip(old_lengths, accepted, state.lengths_host)]
