@@ -337,7 +337,8 @@ def e2e(models, prompts_all, batches, ks, new_tokens, bw, flops, names=("qwen3-8
         ctx = BuildContext(target=lt, target_runner=target_runner, draft=d, sampling=sp, device=dev)
         p = DraftModelProposer(ctx, k=k)
         if kind not in draft_runners:  # one graphed draft runner per draft model, reused across k
-            draft_runners[kind] = maybe_graphed(p.runner, True)
+            # p.runner is the out-of-vocabulary guard around the decoder; drafts here share the target's vocabulary
+            draft_runners[kind] = maybe_graphed(getattr(p.runner, "runner", p.runner), True)
         p.runner = draft_runners[kind]
         return p
 
