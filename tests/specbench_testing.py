@@ -26,3 +26,47 @@ def perturbed(model: LoadedModel, scale: float, seed: int = 1) -> LoadedModel:
         for p in hf.parameters():
             p.add_(torch.randn(p.shape, generator=g) * scale * p.abs().mean())
     return LoadedModel(spec=model.spec, model=hf, tokenizer=model.tokenizer)
+
+
+PROMPT_LENGTHS = (5, 9, 3, 12, 7, 4, 10, 6)  # ragged, so a batch of 4 mixes lengths
+
+
+def ragged_prompts(vocab: int, lengths: tuple[int, ...] = PROMPT_LENGTHS, seed: int = 0) -> list[list[int]]:
+    """Random token-id prompts of the given lengths."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+def hf_greedy(model: torch.nn.Module, prompts: list[list[int]], max_new: int) -> list[list[int]]:
+    """transformers' own greedy generate, one prompt at a time: the reference every strategy must equal."""
+    outs = []
+    for p in prompts:
+        o = model.generate(torch.tensor([p]), max_new_tokens=max_new, min_new_tokens=max_new, do_sample=False,
+                           eos_token_id=None, pad_token_id=0)
+        outs.append(o[0, len(p):].tolist())
+    return outs
+
+
+def chisquare_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Chi-square goodness of fit of token counts [V] to exact probabilities [V], with bins of small
+    expected count merged so the test is valid; a token of probability 0 must never be emitted."""
+    from scipy.stats import chisquare
+
+    n = counts.sum()
+    assert counts[probs == 0].sum() == 0, "a token of probability 0 was emitted"
+    expected = probs.double() * n
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum()[None]]).double()
+    exp = torch.cat([expected[big], expected[~big].sum()[None]])
+    keep = exp > 0
+    return chisquare(obs[keep].numpy(), (exp[keep] / exp[keep].sum() * n).numpy()).pvalue
+
+
+def resample_from_p(draft, draft_probs, target_probs, u, e):
+    """A deliberately wrong acceptance rule (for mutation checks): on rejection it samples from p
+    instead of norm(max(0, p - q))."""
+    from specbench.verify import Verdict, rejection_sample, sample_from
+
+    v = rejection_sample(draft, draft_probs, target_probs, u, e)
+    resample = sample_from(target_probs[torch.arange(draft.shape[0]), v.accepted], e)
+    return Verdict(v.accepted, torch.where(v.accepted < draft.shape[1], resample, v.next_token))

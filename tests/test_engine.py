@@ -5,32 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from specbench_testing import perturbed, tiny
-from scipy.stats import chisquare
+from specbench_testing import chisquare_pvalue, hf_greedy, perturbed, ragged_prompts, resample_from_p, tiny
 
 from specbench.engine import Engine
 from specbench.models.runner import make_runner
 from specbench.strategies.base import BuildContext
 from specbench.strategies.draft_model import DraftModelProposer
 from specbench.strategies.none import TargetOnly
-from specbench.verify import SamplingParams, Verdict, Verifier, logits_to_probs, rejection_sample, sample_from
+from specbench.verify import SamplingParams, Verifier, logits_to_probs
 
 CPU = torch.device("cpu")
-PROMPT_LENGTHS = (5, 9, 3, 12, 7, 4, 10, 6)  # ragged, so batch 4 mixes lengths
-
-
-def _prompts(vocab: int, lengths=PROMPT_LENGTHS, seed: int = 0) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
-
-
-def _hf_greedy(model, prompts: list[list[int]], max_new: int) -> list[list[int]]:
-    outs = []
-    for p in prompts:
-        o = model.generate(torch.tensor([p]), max_new_tokens=max_new, min_new_tokens=max_new, do_sample=False,
-                           eos_token_id=None, pad_token_id=0)
-        outs.append(o[0, len(p):].tolist())
-    return outs
 
 
 def _decode(ctx, proposer, prompts, batch_size, max_new, params=SamplingParams(), eos=frozenset(), rule=None):
@@ -50,8 +34,8 @@ def _ctx(target, draft, params=SamplingParams()) -> BuildContext:
 def test_greedy_none_and_draft_model_equal_transformers_generate(arch):
     target = tiny(arch)
     draft = perturbed(target, 0.3)  # agrees often, not always: partial acceptance and rollback happen
-    prompts = _prompts(target.vocab_size)
-    expected = _hf_greedy(target.model, prompts, 20)
+    prompts = ragged_prompts(target.vocab_size)
+    expected = hf_greedy(target.model, prompts, 20)
     ctx = _ctx(target, draft)
     for batch_size in (1, 4):
         rows = _decode(ctx, TargetOnly(ctx), prompts, batch_size, 20)
@@ -65,8 +49,8 @@ def test_greedy_none_and_draft_model_equal_transformers_generate(arch):
 
 def test_rows_finish_independently_at_eos():
     target = tiny("tiny-llama")
-    prompts = _prompts(target.vocab_size)[:4]
-    full = _hf_greedy(target.model, prompts, 16)
+    prompts = ragged_prompts(target.vocab_size)[:4]
+    full = hf_greedy(target.model, prompts, 16)
     eos = full[0][3]  # row 0 stops at its 4th token; the others stop wherever eos first appears
     expected = [out[: out.index(eos) + 1] if eos in out else out for out in full]
     ctx = _ctx(target, perturbed(target, 0.3))
@@ -82,7 +66,7 @@ def test_greedy_equality_on_real_weights(smollm2):
 
     prompts = [encode_prompt(p, smollm2.tokenizer) for p in load_prompts({"name": "builtin", "num_prompts": 8})]
     assert len({len(p) for p in prompts[:4]}) > 1
-    expected = _hf_greedy(smollm2.model, prompts, 12)
+    expected = hf_greedy(smollm2.model, prompts, 12)
     ctx = _ctx(smollm2, perturbed(smollm2, 0.05))
     for batch_size in (1, 4):
         assert [r.output_ids for r in _decode(ctx, TargetOnly(ctx), prompts, batch_size, 12)] == expected
@@ -96,7 +80,7 @@ def test_self_draft_accepts_everything(temperature):
     target = tiny("tiny-qwen3")
     params = SamplingParams(temperature=temperature, seed=3)
     ctx = _ctx(target, target, params)
-    rows = _decode(ctx, DraftModelProposer(ctx, k=3), _prompts(target.vocab_size), 4, 17, params)
+    rows = _decode(ctx, DraftModelProposer(ctx, k=3), ragged_prompts(target.vocab_size), 4, 17, params)
     drafts = sum(r.drafts for r in rows)
     assert 1 + sum(r.accepted_tokens for r in rows) / drafts == 4.0
 
@@ -114,29 +98,10 @@ def _exact_marginals(target, prompt: list[int], params: SamplingParams) -> tuple
     return p1, p1 @ p2_given
 
 
-def _pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
-    """Chi-square goodness of fit, with bins of small expected count merged so the test is valid."""
-    n = counts.sum()
-    assert counts[probs == 0].sum() == 0, "a token of probability 0 was emitted"
-    expected = probs.double() * n
-    big = expected >= 5
-    obs = torch.cat([counts[big], counts[~big].sum()[None]]).double()
-    exp = torch.cat([expected[big], expected[~big].sum()[None]])
-    keep = exp > 0
-    return chisquare(obs[keep].numpy(), (exp[keep] / exp[keep].sum() * n).numpy()).pvalue
-
-
-def _resample_from_p(draft, draft_probs, target_probs, u, e):
-    """Deliberately wrong: on rejection, sample from p instead of norm(max(0, p - q))."""
-    v = rejection_sample(draft, draft_probs, target_probs, u, e)
-    resample = sample_from(target_probs[torch.arange(draft.shape[0]), v.accepted], e)
-    return Verdict(v.accepted, torch.where(v.accepted < draft.shape[1], resample, v.next_token))
-
-
 def _sample_two_tokens(params: SamplingParams, rule=None, n: int = 6000):
     target = tiny("tiny-llama")
     draft = perturbed(target, 2.0)  # a poor draft: many rejections, so the residual matters
-    prompt = _prompts(target.vocab_size, lengths=(6,), seed=7)[0]
+    prompt = ragged_prompts(target.vocab_size, lengths=(6,), seed=7)[0]
     ctx = _ctx(target, draft, params)
     rows = _decode(ctx, DraftModelProposer(ctx, k=2), [prompt] * n, n, 2, params, rule=rule)
     out = torch.tensor([r.output_ids for r in rows])  # [n, 2]
@@ -158,10 +123,10 @@ SHAPES = [
 def test_speculative_sampling_follows_the_target_distribution(params):
     c1, p1, c2, p2, acc = _sample_two_tokens(params)
     assert 0.05 < acc < 0.95  # both acceptance and rejection are exercised
-    assert _pvalue(c1, p1) > 1e-4
-    assert _pvalue(c2, p2) > 1e-4
+    assert chisquare_pvalue(c1, p1) > 1e-4
+    assert chisquare_pvalue(c2, p2) > 1e-4
 
 
 def test_the_distribution_test_fails_against_a_wrong_acceptance_rule():
-    c1, p1, c2, p2, _ = _sample_two_tokens(SHAPES[0], rule=_resample_from_p)
-    assert min(_pvalue(c1, p1), _pvalue(c2, p2)) < 1e-6
+    c1, p1, c2, p2, _ = _sample_two_tokens(SHAPES[0], rule=resample_from_p)
+    assert min(chisquare_pvalue(c1, p1), chisquare_pvalue(c2, p2)) < 1e-6

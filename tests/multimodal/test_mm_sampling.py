@@ -9,9 +9,9 @@ import inspect
 import pytest
 import torch
 import tiny_vlm as tv
-from scipy.stats import chisquare
+from specbench_testing import chisquare_pvalue, resample_from_p
 
-from specbench.verify import SamplingParams, Verdict, logits_to_probs, rejection_sample, sample_from
+from specbench.verify import SamplingParams, logits_to_probs
 
 N = 3000
 PARAMS = SamplingParams(temperature=0.7, seed=11)
@@ -36,25 +36,6 @@ def _exact_marginals(target, ids: list[int], mm: dict, params: SamplingParams) -
                      **{cache_kw: cache})
         p2_given = logits_to_probs(step.logits[:, -1], params)  # [V, V]
     return p1, p1 @ p2_given
-
-
-def _pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
-    """Chi-square goodness of fit, with bins of small expected count merged so the test is valid."""
-    n = counts.sum()
-    assert counts[probs == 0].sum() == 0, "a token of probability 0 was emitted"
-    expected = probs.double() * n
-    big = expected >= 5
-    obs = torch.cat([counts[big], counts[~big].sum()[None]]).double()
-    exp = torch.cat([expected[big], expected[~big].sum()[None]])
-    keep = exp > 0
-    return chisquare(obs[keep].numpy(), (exp[keep] / exp[keep].sum() * n).numpy()).pvalue
-
-
-def _resample_from_p(draft, draft_probs, target_probs, u, e):
-    """Deliberately wrong: on rejection, sample from p instead of norm(max(0, p - q))."""
-    v = rejection_sample(draft, draft_probs, target_probs, u, e)
-    resample = sample_from(target_probs[torch.arange(draft.shape[0]), v.accepted], e)
-    return Verdict(v.accepted, torch.where(v.accepted < draft.shape[1], resample, v.next_token))
 
 
 @pytest.fixture(scope="module")
@@ -84,11 +65,11 @@ def test_sampling_with_a_smaller_draft_vocabulary_follows_the_target(setup):
     c1, c2, acc = _sample(setup)
     assert 0.05 < acc < 0.95  # acceptance and rejection both happen
     assert c2[tv.DRAFT_VOCAB:].sum() > 0  # ids only the target has were emitted (from the residual)
-    assert _pvalue(c1, p1) > 1e-4
-    assert _pvalue(c2, p2) > 1e-4  # the first speculative token's marginal
+    assert chisquare_pvalue(c1, p1) > 1e-4
+    assert chisquare_pvalue(c2, p2) > 1e-4  # the first speculative token's marginal
 
 
 def test_the_distribution_test_fails_against_a_wrong_acceptance_rule(setup):
     *_, p1, p2 = setup
-    _, c2, _ = _sample(setup, rule=_resample_from_p)
-    assert _pvalue(c2, p2) < 1e-6
+    _, c2, _ = _sample(setup, rule=resample_from_p)
+    assert chisquare_pvalue(c2, p2) < 1e-6

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from specbench_testing import tiny
+from specbench_testing import hf_greedy, ragged_prompts, tiny
 from specbench.engine import Engine
 from specbench.errors import ConfigError
 from specbench.models.decoder import DecoderRunner
@@ -143,7 +143,6 @@ def test_cache_stays_exact_after_partial_and_full_acceptance():
 
 # --- losslessness at T = 0 ---------------------------------------------------------------------
 
-PROMPT_LENGTHS = (5, 9, 3, 12, 7, 4, 10, 6)
 NEW_TOKENS = 20
 
 
@@ -151,13 +150,8 @@ NEW_TOKENS = 20
 def greedy_case(request):
     """A tiny random target, prompts of different lengths and transformers' own greedy outputs."""
     t = tiny(request.param)
-    g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, V, (n,), generator=g).tolist() for n in PROMPT_LENGTHS]
-    want = []
-    for p in prompts:
-        out = t.model.generate(torch.tensor([p]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0)
-        want.append(out[0, len(p) :].tolist())
-    return t, prompts, want
+    prompts = ragged_prompts(V)
+    return t, prompts, hf_greedy(t.model, prompts, NEW_TOKENS)
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])

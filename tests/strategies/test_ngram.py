@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from specbench_testing import tiny
+from specbench_testing import hf_greedy, ragged_prompts, tiny
 from specbench.engine import Engine
 from specbench.errors import ConfigError
 from specbench.models.runner import make_runner
@@ -129,13 +129,11 @@ def test_yaml_defaults_and_unknown_settings(tmp_path):
 
 # --- in the engine -----------------------------------------------------------------------------
 
-PROMPT_LENGTHS = (5, 9, 3, 12, 7, 4, 10, 6)
 NEW_TOKENS = 20
 
 
 def _prompts() -> list[list[int]]:
-    g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, 101, (n,), generator=g).tolist() for n in PROMPT_LENGTHS]
+    prompts = ragged_prompts(101)
     prompts[2] = [11, 12, 13, 11, 12, 13, 11]  # repetitive: lookups that hit from the first step
     return prompts
 
@@ -145,11 +143,7 @@ def greedy_case(request):
     """A tiny random target, prompts of different lengths and transformers' own greedy outputs."""
     t = tiny(request.param)
     prompts = _prompts()
-    want = []
-    for p in prompts:
-        out = t.model.generate(torch.tensor([p]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0)
-        want.append(out[0, len(p) :].tolist())
-    return t, prompts, want
+    return t, prompts, hf_greedy(t.model, prompts, NEW_TOKENS)
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])
