@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from specbench.models.loading import LoadedModel, load_model, resolve_spec
@@ -70,3 +71,13 @@ def resample_from_p(draft, draft_probs, target_probs, u, e):
     v = rejection_sample(draft, draft_probs, target_probs, u, e)
     resample = sample_from(target_probs[torch.arange(draft.shape[0]), v.accepted], e)
     return Verdict(v.accepted, torch.where(v.accepted < draft.shape[1], resample, v.next_token))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a shared CPU OpenMP spin-waits cost a lot.
+    A conftest.py that imports this fixture applies it to its directory's tests."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -24,15 +24,6 @@ CPU = torch.device("cpu")
 V = 101  # the tiny presets' vocabulary
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # tiny models gain nothing from threads, and on a shared CPU OpenMP spin-waits cost 100x
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _ctx(model, sp: SamplingParams = SamplingParams(), backend: str = "auto") -> BuildContext:
     return BuildContext(target=model, target_runner=make_runner(model.model, backend), draft=None, sampling=sp,
                         device=CPU, backend=backend)

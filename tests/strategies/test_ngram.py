@@ -19,15 +19,6 @@ from specbench.verify import SamplingParams, Verifier
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # tiny models gain nothing from threads, and on a shared CPU OpenMP spin-waits cost 100x
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def drafts(seq: list[int], k: int = 3, min_n: int = 1, max_n: int = 3) -> list[int]:
     return lookup_drafts(np.array([seq]), np.array([len(seq)]), k, min_n, max_n)[0].tolist()
 
