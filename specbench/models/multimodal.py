@@ -156,39 +156,25 @@ class _RowVision:
     deepstack: list[torch.Tensor] = field(default_factory=list)  # Qwen3-VL: [N, H] per injected layer
 
 
-class VLMRunner(nn.Module):
+class VLMRunner(TransformersRunner):
     """A transformers M-RoPE VLM behind the runner interface (allocate, forward, vocab_size, device,
-    max_len) plus `begin_batch(prompts, mm_inputs)`. Slot == position index, as everywhere."""
+    max_len: TransformersRunner's slot history) plus `begin_batch(prompts, mm_inputs)`. Slot ==
+    position index, as everywhere."""
 
     def __init__(self, hf_model: nn.Module) -> None:
-        super().__init__()
         raise_if_unsupported_vlm(hf_model.config)
-        self.hf_model = hf_model
-        self.config = hf_model.config
+        super().__init__(hf_model)
         self.core = hf_model.model  # Qwen*VLModel: visual, language_model, get_rope_index, get_image_features
         self.language_model = self.core.language_model
         self.image_token_id = int(self.config.image_token_id)
-        self.history: torch.Tensor | None = None  # [B, S] int64 tokens by slot
         self.position_ids: torch.Tensor | None = None  # [3, B, S] int64 M-RoPE positions by slot
         self.rope_deltas: list[int] = []  # [B] position - slot past each row's prompt
         self.rows: list[_RowVision | None] = []
         self.encoder_calls = 0  # vision-encoder forwards since construction (one per distinct image input)
 
-    @property
-    def vocab_size(self) -> int:
-        return int(self.hf_model.get_output_embeddings().weight.shape[0])
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.hf_model.parameters()).device
-
-    @property
-    def max_len(self) -> int:
-        return 0 if self.history is None else self.history.shape[1]
-
     def allocate(self, batch_size: int, max_len: int) -> None:
+        super().allocate(batch_size, max_len)
         dev = self.device
-        self.history = torch.zeros((batch_size, max_len), dtype=torch.long, device=dev)
         self.position_ids = torch.arange(max_len, device=dev).expand(3, batch_size, max_len).clone()
         self.rope_deltas = [0] * batch_size
         self.rows = [None] * batch_size

@@ -209,6 +209,18 @@ def read_weights(weights: Path) -> dict[str, torch.Tensor]:
     return torch.load(weights, map_location="cpu", weights_only=True)  # never unpickle arbitrary objects
 
 
+def raise_if_head_does_not_fit(kind: str, path: str | Path, cfg: Any, tc: Any, target_label: str) -> None:
+    """A drafter head (eagle, medusa) reads a text decoder's hidden states and shares its LM head:
+    refuse a VLM target, and a checkpoint trained for another hidden size or a larger vocabulary."""
+    if getattr(tc, "vision_config", None) is not None:
+        raise ConfigError(f"strategy {kind} reads a text decoder's hidden states; target {target_label!r} is a "
+                          f"vision-language model ({tc.model_type}). Use strategy=draft_model for VLM targets")
+    if cfg.hidden_size != tc.hidden_size or cfg.vocab_size > tc.vocab_size:
+        raise ConfigError(f"{kind} checkpoint {str(path)!r} was trained for hidden size {cfg.hidden_size}, vocab "
+                          f"{cfg.vocab_size} (target {cfg.target!r}); target {target_label!r} has {tc.hidden_size}, "
+                          f"{tc.vocab_size}. {TRAIN_HINT.format(kind=kind)}")
+
+
 def load_eagle_head(path: str | Path, target_model: nn.Module, target_label: str = "") -> EagleHead:
     """An EagleHead from a checkpoint, checked against the target it will read, on its device and dtype."""
     weights, config = checkpoint_files(path, "eagle")
@@ -217,13 +229,7 @@ def load_eagle_head(path: str | Path, target_model: nn.Module, target_label: str
         raise ConfigError(f"strategy.checkpoint={str(path)!r} holds a {raw.get('kind')!r} drafter, not an eagle head")
     cfg = EagleConfig(**{k: raw[k] for k in EagleConfig.__dataclass_fields__ if k in raw})
     tc = target_model.config
-    if getattr(tc, "vision_config", None) is not None:
-        raise ConfigError(f"strategy eagle reads a text decoder's features; target {target_label!r} is a vision-language "
-                          f"model ({tc.model_type}). Use strategy=draft_model for VLM targets")
-    if cfg.hidden_size != tc.hidden_size or cfg.vocab_size > tc.vocab_size:
-        raise ConfigError(f"eagle checkpoint {str(path)!r} was trained for hidden size {cfg.hidden_size}, vocab {cfg.vocab_size} "
-                          f"(target {cfg.target!r}); target {target_label!r} has {tc.hidden_size}, {tc.vocab_size}. "
-                          f"{TRAIN_HINT.format(kind='eagle')}")
+    raise_if_head_does_not_fit("eagle", path, cfg, tc, target_label)
     if cfg.fuse_layers and max(cfg.fuse_layers) >= tc.num_hidden_layers:
         raise ConfigError(f"eagle checkpoint fuses target layers {cfg.fuse_layers}; target {target_label!r} has "
                           f"{tc.num_hidden_layers} layers")

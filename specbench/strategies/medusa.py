@@ -25,7 +25,7 @@ from torch import nn
 
 from specbench.errors import ConfigError
 from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
-from specbench.strategies.eagle import TRAIN_HINT, checkpoint_files, read_weights
+from specbench.strategies.eagle import checkpoint_files, raise_if_head_does_not_fit, read_weights
 
 
 @dataclass
@@ -77,14 +77,7 @@ def read_medusa_config(path: str | Path | None) -> tuple[Path, MedusaConfig]:
 
 def load_medusa_heads(path: str | Path, target_model: nn.Module, target_label: str = "") -> MedusaHeads:
     weights, cfg = read_medusa_config(path)
-    tc = target_model.config
-    if getattr(tc, "vision_config", None) is not None:
-        raise ConfigError(f"strategy medusa reads a text decoder's last hidden state; target {target_label!r} is a "
-                          f"vision-language model ({tc.model_type}). Use strategy=draft_model for VLM targets")
-    if cfg.hidden_size != tc.hidden_size or cfg.vocab_size > tc.vocab_size:
-        raise ConfigError(f"medusa checkpoint {str(path)!r} was trained for hidden size {cfg.hidden_size}, vocab "
-                          f"{cfg.vocab_size} (target {cfg.target!r}); target {target_label!r} has {tc.hidden_size}, "
-                          f"{tc.vocab_size}. {TRAIN_HINT.format(kind='medusa')}")
+    raise_if_head_does_not_fit("medusa", path, cfg, target_model.config, target_label)
     heads = MedusaHeads(cfg, target_model)
     heads.load_state_dict(read_weights(weights))
     emb = target_model.get_input_embeddings().weight
