@@ -170,7 +170,38 @@ def collect(roots: Sequence[Path | str], exclude: Sequence[Path | str] = ()) -> 
                 out.unreadable.append((path, f"{type(e).__name__}: {e}"))
     out.jobs.sort(key=lambda j: tuple(_sort_key(j.row.get(c)) for c in
                                       ("target", "dataset", "strategy", "settings", "temperature", "top_k", "top_p", "k", "job")))
+    _exact_match_against_none_jobs(out.jobs)
     return out
+
+
+_SAME_REQUESTS = ("target", "dataset", "n_prompts", "max_new_tokens", "batch_size", "dtype")
+
+
+def _outputs(job: Job) -> dict[str, list[int]] | None:
+    path = job.path / "outputs.jsonl"
+    try:
+        return {r["prompt_id"]: r["output_token_ids"] for r in map(json.loads, path.read_text().splitlines()) if r}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _exact_match_against_none_jobs(jobs: Sequence[Job]) -> None:
+    """A T = 0 job run without its own baseline (baseline=false) is compared, prompt by prompt, with a
+    `none` job of the same target, dataset, prompt count, max_new_tokens, batch size and dtype in the
+    same report; its exact_match then reads "equal/n vs <none job>"."""
+    def key(job: Job) -> tuple[Any, ...]:
+        return tuple((job.results.get("run") or {}).get(c) for c in _SAME_REQUESTS)
+
+    references = {key(j): j for j in jobs if j.row["strategy"] == "none" and j.row["temperature"] == 0}
+    for job in jobs:
+        ref = references.get(key(job))
+        if job.row["exact_match"] is not None or job.row["temperature"] != 0 or ref is None or ref is job:
+            continue
+        mine, theirs = _outputs(job), _outputs(ref)
+        if not mine or not theirs or set(mine) != set(theirs):
+            continue
+        equal = sum(mine[pid] == theirs[pid] for pid in mine)
+        job.row["exact_match"] = f"{equal}/{len(mine)} vs {ref.label}"
 
 
 def _sort_key(v: Any) -> tuple[int, Any]:
@@ -345,7 +376,9 @@ def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None)
         if constant:
             parts.append("\nSame in every job: " + ", ".join(f"{c}={_fmt(v)}" for c, v in constant.items()))
         parts.append("\nacceptance_length = 1 + accepted / drafts (bonus included); TPOT means in ms; "
-                     "speedup = baseline TPOT / strategy TPOT; exact_match = prompts identical to the baseline (T = 0).")
+                     "speedup = baseline TPOT / strategy TPOT; exact_match = prompts identical to the baseline (T = 0); "
+                     "\"vs <job>\": to that `none` job's outputs (same target, prompts and settings), for jobs run "
+                     "with baseline=false.")
     else:
         parts.append("No results.json found.")
     if found.missing:

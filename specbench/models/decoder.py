@@ -47,6 +47,17 @@ class ForwardOutput:
     layer_hidden: list[torch.Tensor] = field(default_factory=list)  # [B, T, H] each, outputs of asked layers
 
 
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, except for inference on the CPU, where `weight @ x.T` runs MKL's faster path for an
+    [N, K] weight (measured on our 2-core CPU over 30 layer-sized weights: the same at 1 row, 2.8x
+    faster at 4 rows, 1.3x at 64; the [49152, 576] LM head 3.8x at 4 rows). So a (K+1)-token verify
+    costs about what a 1-token step does. The result is a transposed view; callers reshape as usual."""
+    if x.device.type != "cpu" or torch.is_grad_enabled():
+        return F.linear(x, weight, bias)
+    y = (weight @ x.reshape(-1, x.shape[-1]).T).T.reshape(*x.shape[:-1], weight.shape[0])
+    return y if bias is None else y + bias
+
+
 def _fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Concatenate the weights (and biases) of linears over one input; re-point each at its view."""
     with torch.no_grad():
@@ -180,7 +191,7 @@ class DecoderRunner(nn.Module):
     def _head(self, x: torch.Tensor, logits_at: torch.Tensor | None, want_hidden: bool,
               layer_hidden: list[torch.Tensor]) -> ForwardOutput:
         out_x = x if logits_at is None else x.gather(1, logits_at[..., None].expand(-1, -1, x.shape[-1]))
-        logits = self.lm_head(out_x).float()
+        logits = _linear(out_x, self.lm_head.weight, self.lm_head.bias).float().contiguous()
         return ForwardOutput(logits=logits, hidden=x if want_hidden else None, layer_hidden=layer_hidden)
 
     def _forward_torch(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers) -> ForwardOutput:
@@ -198,7 +209,7 @@ class DecoderRunner(nn.Module):
         for i, layer in enumerate(self.layers):
             attn, w = layer.self_attn, self._w[i]
             h = rmsnorm_ref(x, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
-            qkv = F.linear(h, w["qkv_w"], w["qkv_b"]).view(bsz, t, hq + 2 * hkv, d).transpose(1, 2)
+            qkv = _linear(h, w["qkv_w"], w["qkv_b"]).view(bsz, t, hq + 2 * hkv, d).transpose(1, 2)
             q, k, v = qkv.split([hq, hkv, hkv], dim=1)  # [B, H*, T, D]
             if self.qk_norm:
                 q = rmsnorm_ref(q, attn.q_norm.weight, attn.q_norm.variance_epsilon)
@@ -211,11 +222,11 @@ class DecoderRunner(nn.Module):
             vc.scatter_(2, write_idx, v)
             o = F.scaled_dot_product_attention(q, kc[:, :, :s], vc[:, :, :s], attn_mask=mask, scale=self.scaling,
                                                enable_gqa=True)
-            x = x + attn.o_proj(o.transpose(1, 2).reshape(bsz, t, -1))
+            x = x + _linear(o.transpose(1, 2).reshape(bsz, t, -1), attn.o_proj.weight, attn.o_proj.bias)
             mlp = layer.mlp
             h = rmsnorm_ref(x, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
-            gate, up = F.linear(h, w["gu_w"], w["gu_b"]).chunk(2, dim=-1)
-            x = x + mlp.down_proj(mlp.act_fn(gate) * up)
+            gate, up = _linear(h, w["gu_w"], w["gu_b"]).chunk(2, dim=-1)
+            x = x + _linear(mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
             if i in hidden_layers:
                 layer_hidden.append(x)
         x = rmsnorm_ref(x, self.norm.weight, self.norm.variance_epsilon)

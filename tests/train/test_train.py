@@ -49,8 +49,11 @@ def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file):
     ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=2"))
     run = tmp_path / "run"
     assert (ckpt / "model.safetensors").exists() and json.loads((run / "last" / "state.json").read_text())["step"] == 2
-    assert len(list((tmp_path / "data").glob("distill-*.pt"))) == 1  # cached: a rerun does not regenerate
+    shards = sorted((tmp_path / "data").glob("distill-*.shards/*.pt"))
+    assert len(shards) == 2  # 6 prompts in batches of 4, cached: a rerun does not regenerate
+    stamps = [s.stat().st_mtime_ns for s in shards]
     ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=4", "resume=true"))
+    assert [s.stat().st_mtime_ns for s in shards] == stamps  # the resumed run read the shards, wrote none
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps[0] == 1 and max(steps) == 4 and 3 in steps  # the second run went on from step 2
     assert json.loads((run / "last" / "state.json").read_text())["step"] == 4

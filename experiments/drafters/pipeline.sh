@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The runs behind specbench/checkpoints/{eagle,medusa}-smollm2-135m and experiments/drafters/table/ (2026-12-01),
+# on one H200 (the device machine: no network, 10 minutes a command). Run from the project root:
+#   bash experiments/drafters/pipeline.sh train   # magpie prompts, distillation set, EAGLE head
+#   bash experiments/drafters/pipeline.sh more    # Medusa heads, distilled draft model, the evaluation table
+# Every stage has a time budget, so a command ends inside its limit; what a budget cut is printed with the
+# setting that reproduces it (data.max_shards, train.stop_after). SMOKE=1 runs the same commands at toy
+# sizes on the CPU (a check before spending device time).
+#
+# What travels (the tree limit is 64 MiB a call, the packaged GGUF is 98 MB): .cache/gpu/a/part_aa in a
+# first call, then .cache/gpu/b/{part_ab,data/} and .whl/ (../shared/device/fetch-wheels.sh); the device keeps
+# ignored paths between calls while it stays warm. data/ holds MT-Bench's and HumanEval's files (for the
+# contamination check) and Spec-Bench's question.jsonl.
+set -euo pipefail
+stage=${1:?usage: pipeline.sh train|more}
+DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
+G=$PWD/.cache/gpu
+RUN=$G/run
+OUT=${OUT:-$RUN/out}
+mkdir -p "$RUN" "$OUT"
+export PYTHONUNBUFFERED=1 SPECBENCH_CACHE=$G/cache
+if [ "${SMOKE:-0}" = 1 ]; then
+  export SPECBENCH_CACHE=${SMOKE_CACHE:-$HOME/.cache/specbench}
+  DEV=cpu; MAGPIE=6; MAGPIE_BS=6; DATA_BS=4; NEW=8; MAXP=256; TB=4; EB=8; STEPS=6; NP="dataset.num_prompts=3"; KS=1,2
+  EXTRA="data.num_prompts=16"; VAL=2; SAVE=3; GEN=8
+  SPEC=../shared/data/spec_bench/question.jsonl
+else
+  DEV=cuda; MAGPIE=6000; MAGPIE_BS=512; DATA_BS=384; NEW=192; MAXP=512; TB=32; EB=164; STEPS=1200; NP="dataset.num_prompts=null"; KS=1,2,3,4,5
+  EXTRA=""; VAL=64; SAVE=500; GEN=64
+  SPEC=$G/b/data/question.jsonl
+  if [ ! -d /tmp/site/hydra ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  fi
+  export PYTHONPATH=/tmp/site:$PWD
+  mkdir -p "$SPECBENCH_CACHE/gguf" "$SPECBENCH_CACHE/data"
+  gguf=$SPECBENCH_CACHE/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+  if [ ! -f "$gguf" ]; then
+    cat "$G/a/part_aa" "$G/b/part_ab" > "$gguf.tmp" && mv "$gguf.tmp" "$gguf"
+  fi
+  echo "a1231443440b107ff29f02bdb38c9d0a  $gguf" | md5sum -c -
+  cp -n "$G/b/data/mt_bench_question.jsonl" "$G/b/data/HumanEval.jsonl.gz" "$SPECBENCH_CACHE/data/"
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+fi
+py() { python3 "$@" 2>&1 | tr '\r' '\n' | grep -v -E "it/s\]$|s/it\]$|prompt/s\]$|seq/s\]$|tok/s\]$"; }
+PROMPTS=$RUN/magpie.jsonl.gz
+COMMON="target=smollm2-135m device=$DEV logger=none seed=0
+  data.path=[$PROMPTS,$PWD/experiments/drafters/prompts/python_stdlib.jsonl.gz,$SPEC] data.cache_dir=$RUN/distill
+  data.max_prompt_tokens=$MAXP data.max_new_tokens=$NEW data.samples=1 data.batch_size=$DATA_BS
+  train.ce_vocab=0 train.ce_positions=0 train.val_sequences=$VAL train.save_every=$SAVE save_dtype=float16 $EXTRA"
+
+if [ "$stage" = train ]; then
+  # 1) the target writes its own user requests (magpie), checked free of MT-Bench / HumanEval text
+  [ -f "$PROMPTS" ] || py -m specbench.train.prompts --out "$PROMPTS" --device $DEV --magpie $MAGPIE --code 0 \
+      --batch-size $MAGPIE_BS --magpie-time-budget 75 | tee "$OUT/prompts.log" | tail -3
+  cp "$PROMPTS" "$OUT/"
+  # 2) distillation set (cached under $RUN/distill for the other drafters) and 3) the EAGLE head
+  py -m specbench.train strategy=eagle strategy.unroll=3 train.batch_size=$TB train.steps=$STEPS train.lr=6e-4 \
+      train.warmup=100 data.time_budget_s=210 train.time_budget_s=150 $COMMON output_dir=$RUN/eagle \
+      | tee "$OUT/eagle.log" | tail -6
+  cp -r "$RUN/eagle/checkpoint" "$OUT/eagle" && cp "$RUN/eagle/metrics.jsonl" "$OUT/eagle_metrics.jsonl"
+fi
+
+if [ "$stage" = more ]; then
+  # the distillation set exists: time_budget_s=0 generates nothing new, only the shards made by `train` are used
+  py -m specbench.train strategy=medusa strategy.num_heads=5 train.batch_size=$TB train.steps=$((STEPS * 2 / 3)) train.lr=1e-3 \
+      train.warmup=100 data.time_budget_s=0 train.time_budget_s=45 $COMMON output_dir=$RUN/medusa | tee "$OUT/medusa.log" | tail -4
+  py -m specbench.train strategy=draft_model strategy.num_layers=4 train.batch_size=16 train.steps=$((STEPS * 2 / 3)) train.lr=2e-4 \
+      train.warmup=50 data.time_budget_s=0 train.time_budget_s=60 $COMMON output_dir=$RUN/draft save_dtype=null | tee "$OUT/draft.log" | tail -4
+  cp -r "$RUN/medusa/checkpoint" "$OUT/medusa"
+  cp "$RUN/medusa/metrics.jsonl" "$OUT/medusa_metrics.jsonl"; cp "$RUN/draft/metrics.jsonl" "$OUT/draft_metrics.jsonl"
+  # the table: every strategy x k x T on all of MT-Bench (turn 1) and HumanEval, fp32, all prompts in one batch;
+  # no in-job baseline: the `none` jobs are the reference for exact match (specbench.report)
+  T=$RUN/table
+  E="-m $NP dataset=mt-bench,humaneval max_new_tokens=$GEN engine.batch_size=$EB engine.dtype=float32
+     engine.cuda_graphs=false engine.warmup=false baseline=false logger=none engine.device=$DEV"
+  G5="strategy.k=$KS sampling.temperature=0,1"
+  ev() {  # one sweep, cut at the deadline (its finished jobs stay: results.json is written last)
+    local name=$1 left=$((DEADLINE - SECONDS)); shift
+    if [ $left -lt 15 ]; then echo "skipped $name: deadline"; return; fi
+    timeout $left python3 -m specbench $E hydra.sweep.dir=$T/$name 'hydra.sweep.subdir=${hydra.job.num}' "$@" 2>&1 \
+      | tr '\r' '\n' | grep -E "^results:|Error|error" | tail -3 || true
+    echo "$name: $(ls $T/$name/*/results.json 2>/dev/null | wc -l) jobs done, $((DEADLINE - SECONDS))s left"
+  }
+  ev none strategy=none sampling.temperature=0,1
+  ev draft_model strategy=draft_model draft.path=$RUN/draft/checkpoint $G5
+  ev eagle strategy=eagle strategy.checkpoint=$RUN/eagle/checkpoint $G5
+  ev medusa strategy=medusa strategy.checkpoint=$RUN/medusa/checkpoint $G5
+  ev ngram strategy=ngram $G5
+  ev layer_skip_4 strategy=layer_skip strategy.num_layers=4 $G5
+  ev layer_skip_15 strategy=layer_skip strategy.num_layers=15 $G5
+  tar czf "$OUT/table.tgz" -C "$RUN" table
+fi
+ls -la "$OUT"

