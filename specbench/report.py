@@ -284,39 +284,74 @@ def category_tables(jobs: Sequence[Job]) -> tuple[str, list[dict[str, Any]]]:
 # --- plots -------------------------------------------------------------------------------------
 
 
+def _short(value: Any) -> str:
+    """A path-like value as its last two parts (plots label series with it); other values unchanged."""
+    text = str(value)
+    return "/".join(Path(text).parts[-2:]) if "/" in text else text
+
+
 def _series_key(row: Mapping[str, Any], varying: Sequence[str]) -> str:
-    label = str(row["strategy"]) + (f" ({row['settings']})" if row["settings"] else "")
-    extra = [f"{c}={row[c]}" for c in varying]
+    settings = " ".join(f"{k}={_short(v)}" for k, v in (kv.split("=", 1) for kv in str(row["settings"] or "").split())
+                        if v != "None")
+    label = str(row["strategy"]) + (f" ({settings})" if settings else "")
+    extra = [f"{c}={_short(row[c])}" for c in varying]
     return label + (" " + " ".join(extra) if extra else "")
 
 
 def _grouped(jobs: Sequence[Job]) -> dict[Any, dict[str, list[Job]]]:
-    """temperature -> series label -> jobs. Series: strategy + settings + whatever else differs between jobs."""
-    context = ("target", "draft", "dataset", "top_k", "top_p", "batch_size")
-    varying = [c for c in context if len({repr(j.row[c]) for j in jobs}) > 1]
+    """(dataset, temperature) -> series label -> jobs. Series: strategy + settings + whatever else
+    differs between jobs (the draft only where the strategy has one)."""
+    context = ("target", "draft", "top_k", "top_p", "batch_size")
+    varying = [c for c in context if len({repr(j.row[c]) for j in jobs if c != "draft" or j.row["draft"]}) > 1]
     out: dict[Any, dict[str, list[Job]]] = defaultdict(lambda: defaultdict(list))
     for j in jobs:
-        out[j.row["temperature"]][_series_key(j.row, varying)].append(j)
+        shown = [c for c in varying if c != "draft" or j.row["draft"]]
+        out[(str(j.row["dataset"]), j.row["temperature"])][_series_key(j.row, shown)].append(j)
     return out
 
 
-def _panels(n: int, title: str):
+def _panels(keys: Sequence[tuple[str, Any]], title: str):
+    """One panel per (dataset, temperature): datasets down, temperatures across."""
     from matplotlib.figure import Figure  # no pyplot: no global backend state, renders with Agg
 
-    fig = Figure(figsize=(5.2 * n, 4.0), layout="constrained")
-    axes = fig.subplots(1, n, squeeze=False)[0]
+    datasets = sorted({d for d, _ in keys})
+    temps = sorted({t for _, t in keys}, key=_sort_key)
+    fig = Figure(figsize=(5.0 * len(temps), 3.6 * len(datasets) + 0.9), layout="constrained")
+    grid = fig.subplots(len(datasets), len(temps), squeeze=False)
     fig.suptitle(title)
+    axes = {}
+    for r, dataset in enumerate(datasets):
+        for c, temp in enumerate(temps):
+            ax = axes[(dataset, temp)] = grid[r][c]
+            ax.set_title(f"{dataset}, temperature {_fmt(temp)}" if len(datasets) > 1 or dataset != "None"
+                         else f"temperature {_fmt(temp)}")
+            if (dataset, temp) not in keys:
+                ax.set_visible(False)
     return fig, axes
 
 
+def _legend_below(fig, axes) -> None:
+    """One legend for the figure, under the panels (series are the same in every panel)."""
+    handles, labels = {}, {}
+    for ax in axes.values():
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    labels = sorted(handles)
+    if labels:
+        fig.legend([handles[lb] for lb in labels], labels, loc="outside lower center", ncols=2 if len(labels) > 4 else 1,
+                   fontsize="small")
+
+
 def _plot_vs_k(jobs: Sequence[Job], metric: str, ylabel: str, path: Path, ref_line: float | None) -> Path | None:
-    groups = _grouped([j for j in jobs if isinstance(j.row[metric], (int, float)) and isinstance(j.row["k"], int)])
+    groups = _grouped([j for j in jobs if isinstance(j.row[metric], (int, float)) and isinstance(j.row["k"], int)
+                       and j.row["k"] > 0])  # target-only (k = 0) is the reference line, not a series
     if not groups:
         return None
-    temps = sorted(groups, key=_sort_key)
-    fig, axes = _panels(len(temps), f"{ylabel} vs k")
-    for ax, temp in zip(axes, temps):
-        for label, members in sorted(groups[temp].items()):
+    fig, axes = _panels(list(groups), f"{ylabel} vs k")
+    for key, ax in axes.items():
+        if key not in groups:
+            continue
+        for label, members in sorted(groups[key].items()):
             by_k: dict[int, list[float]] = defaultdict(list)
             for j in members:
                 by_k[j.row["k"]].append(j.row[metric])
@@ -324,12 +359,11 @@ def _plot_vs_k(jobs: Sequence[Job], metric: str, ylabel: str, path: Path, ref_li
             ax.plot(ks, [sum(by_k[k]) / len(by_k[k]) for k in ks], "o-", label=label)  # mean over repeated jobs
         if ref_line is not None:
             ax.axhline(ref_line, color="grey", linestyle="--", linewidth=1)
-        ax.set_title(f"temperature {_fmt(temp)}")
         ax.set_xlabel("k (draft tokens per step)")
         ax.set_ylabel(ylabel)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+    _legend_below(fig, axes)
     fig.savefig(path, dpi=110)
     return path
 
@@ -340,20 +374,20 @@ def _plot_per_position(jobs: Sequence[Job], path: Path) -> Path | None:
     groups = _grouped(usable)
     if not groups:
         return None
-    temps = sorted(groups, key=_sort_key)
-    fig, axes = _panels(len(temps), "per-position acceptance at each strategy's largest k")
-    for ax, temp in zip(axes, temps):
-        for label, members in sorted(groups[temp].items()):
+    fig, axes = _panels(list(groups), "per-position acceptance at each strategy's largest k")
+    for key, ax in axes.items():
+        if key not in groups:
+            continue
+        for label, members in sorted(groups[key].items()):
             top = max(members, key=lambda j: j.row["k"] or 0)
             per_pos = [a if isinstance(a, (int, float)) else float("nan") for a in top.results["strategy"]["per_position_acceptance"]]
-            ax.plot(range(1, len(per_pos) + 1), per_pos, "o-", label=f"{label} k={top.row['k']}")
-        ax.set_title(f"temperature {_fmt(temp)}")
+            ax.plot(range(1, len(per_pos) + 1), per_pos, "o-", label=label)
         ax.set_xlabel("draft position")
         ax.set_ylabel("accepted at position / drafts")
         ax.set_ylim(0, 1.02)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+    _legend_below(fig, axes)
     fig.savefig(path, dpi=110)
     return path
 

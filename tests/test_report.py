@@ -111,3 +111,24 @@ def test_end_to_end_ngram_sweep_then_report(tmp_path):
     assert [(r["strategy"], r["k"], r["exact_match"], r["n_prompts"]) for r in rows] == [("ngram", 1, "3/3", 3), ("ngram", 2, "3/3", 3)]
     assert all(r["speedup"] is not None and r["acceptance_length"] >= 1 for r in rows)
     assert len(files.plots) == 3
+
+
+def test_jobs_without_a_baseline_are_matched_against_the_none_job(tmp_path):
+    def job(name: str, strategy: str, k: int, temperature: float, outputs: dict[str, list[int]], **run) -> None:
+        results = fake_results(strategy, k, temperature, 1.0 + k / 2, 1.0)
+        results["exact_match"], results["baseline"], results["speedup"] = None, None, None  # baseline=false
+        results["run"].update(run)
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(results))
+        rows = [{"prompt_id": pid, "output_token_ids": ids} for pid, ids in outputs.items()]
+        (tmp_path / name / "outputs.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+
+    reference = {"p/0": [5, 6, 7], "p/1": [8, 9], "p/2": [1]}
+    job("none", "none", 0, 0.0, reference)
+    job("eagle", "eagle", 3, 0.0, {**reference, "p/1": [8, 4]})  # one prompt differs
+    job("eagle_t1", "eagle", 3, 1.0, {**reference, "p/1": [8, 4]})  # T > 0: no exact match is claimed
+    job("other_set", "eagle", 3, 0.0, reference, dataset="another-set")  # no none job with these prompts
+    rows = {j.label: j.row for j in build_report([tmp_path], tmp_path / "out").collected.jobs}
+    assert rows["eagle"]["exact_match"] == "2/3 vs none"
+    assert rows["eagle_t1"]["exact_match"] is None and rows["other_set"]["exact_match"] is None
+    assert rows["none"]["exact_match"] is None

@@ -3,6 +3,7 @@
 # on one H200 (the device machine: no network, 10 minutes a command). Run from the project root:
 #   bash experiments/drafters/pipeline.sh train   # magpie prompts, distillation set, EAGLE head
 #   bash experiments/drafters/pipeline.sh more    # Medusa heads, distilled draft model, the evaluation table
+#   bash experiments/drafters/pipeline.sh train2  # steered magpie prompts, a second EAGLE head on all the prompts
 # Every stage has a time budget, so a command ends inside its limit; what a budget cut is printed with the
 # setting that reproduces it (data.max_shards, train.stop_after). SMOKE=1 runs the same commands at toy
 # sizes on the CPU (a check before spending device time).
@@ -12,7 +13,7 @@
 # ignored paths between calls while it stays warm. data/ holds MT-Bench's and HumanEval's files (for the
 # contamination check) and Spec-Bench's question.jsonl.
 set -euo pipefail
-stage=${1:?usage: pipeline.sh train|more}
+stage=${1:?usage: pipeline.sh train|more|train2}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
 G=$PWD/.cache/gpu
 RUN=$G/run
@@ -58,6 +59,20 @@ if [ "$stage" = train ]; then
       train.warmup=100 data.time_budget_s=210 train.time_budget_s=150 $COMMON output_dir=$RUN/eagle \
       | tee "$OUT/eagle.log" | tail -6
   cp -r "$RUN/eagle/checkpoint" "$OUT/eagle" && cp "$RUN/eagle/metrics.jsonl" "$OUT/eagle_metrics.jsonl"
+fi
+
+if [ "$stage" = train2 ]; then
+  # the first magpie set (committed: experiments/drafters/prompts/) plus requests steered by a task verb
+  STEERED=$RUN/magpie_steered.jsonl.gz
+  [ -f "$STEERED" ] || py -m specbench.train.prompts --out "$STEERED" --device $DEV --magpie $MAGPIE --code 0 --seed 1 \
+      --magpie-openers --batch-size $MAGPIE_BS --magpie-time-budget 60 | tee "$OUT/prompts_steered.log" | tail -3
+  cp "$STEERED" "$OUT/"
+  P=$PWD/experiments/drafters/prompts
+  py -m specbench.train strategy=eagle strategy.unroll=3 train.batch_size=$TB train.steps=$((STEPS * 5 / 4)) train.lr=6e-4 \
+      train.warmup=100 data.time_budget_s=180 train.time_budget_s=110 $COMMON data.max_new_tokens=$((NEW * 2 / 3)) \
+      "data.path=[$P/magpie_smollm2-135m.jsonl.gz,$STEERED,$P/python_stdlib.jsonl.gz,$SPEC]" output_dir=$RUN/eagle2 \
+      | tee "$OUT/eagle2.log" | tail -6
+  cp -r "$RUN/eagle2/checkpoint" "$OUT/eagle2" && cp "$RUN/eagle2/metrics.jsonl" "$OUT/eagle2_metrics.jsonl"
 fi
 
 if [ "$stage" = more ]; then

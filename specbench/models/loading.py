@@ -71,7 +71,8 @@ def resolve_spec(cfg: Mapping[str, Any], role: str) -> ModelSpec:
         if source in ("gguf", "local") and not Path(path).expanduser().exists():
             raise ConfigError(f"{role}.path={path!r} does not exist (source {source}); give an existing "
                               f"{'GGUF file' if source == 'gguf' else 'model directory'}")
-        return ModelSpec(name=str(name or path), source=source, path=path, **common)
+        # "auto" names no model once a path is given: the path is the label results carry
+        return ModelSpec(name=str(path if name in (None, "auto") else name), source=source, path=path, **common)
     if name not in PRESETS:
         raise unknown(f"{role} model", name, PRESETS,
                       hint=f"Or give {role}.path=<hub id, local directory or .gguf file>")

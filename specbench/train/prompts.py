@@ -5,8 +5,11 @@ decide how far it transfers. Sources (one `Prompt` each; `chat=False` marks a ra
 
 - magpie (Xu et al. 2024, arXiv 2406.08464): the target writes the user turns itself. Its chat
   template, cut where a user turn's text would start, is the prompt; sampling until the end of the
-  turn gives a request drawn from the target's own idea of what users ask. Broad, and free of any
-  evaluation text by construction. Generated with specbench's engine (strategy none, sampled).
+  turn gives a request drawn from the target's own idea of what users ask. Free of any evaluation
+  text by construction. Generated with specbench's engine (strategy none, sampled). A small model
+  asks mostly one kind of question ("Can you provide ..."); `openers` steers each request's first
+  words (a task verb drawn per row: "Write", "Imagine you are", "Solve" ...) and the model writes
+  the rest, which widens the kinds of tasks without writing any request by hand.
 - python-stdlib: HumanEval-shaped raw completions, a top-level function's signature and docstring
   cut out of the Python standard library's own source (which depends on the Python version, so the
   set is generated once and kept as a file).
@@ -40,6 +43,11 @@ from specbench.data import Prompt
 from specbench.errors import ConfigError
 
 CONTAMINATION_N = 13
+# first words of steered magpie requests: task verbs of the kinds of requests chat users make
+OPENERS = ("Write", "Compose", "Draft", "Imagine you are", "Pretend to be", "Act as", "Explain", "Describe", "Summarize",
+           "Compare", "Solve", "Calculate", "Suppose", "Given", "Rewrite", "Edit", "Create", "Design", "List",
+           "Discuss", "Analyze", "Evaluate", "Identify", "Translate", "Extract", "Classify", "Help me", "What",
+           "Why", "How", "Which", "Tell me", "Generate", "Plan", "Critique", "Brainstorm")
 MAGPIE_MARK = "\u2063SPECBENCH-USER-TURN\u2063"  # stands for the user's text while the template is rendered
 
 
@@ -69,9 +77,10 @@ def clean_query(text: str) -> str | None:
 
 def synthesize_magpie(target, num: int, *, max_new_tokens: int = 128, temperature: float = 1.0, top_p: float = 0.98,
                       seed: int = 0, batch_size: int = 64, time_budget_s: float | None = None,
-                      progress: bool = True) -> list[Prompt]:
+                      openers: tuple[str, ...] = (), progress: bool = True) -> list[Prompt]:
     """Up to `num` distinct user requests sampled from the target (a LoadedModel) after its user-turn
-    prefix; fewer when `time_budget_s` runs out first (the batches drawn so far are kept)."""
+    prefix (and, with `openers`, a first few words drawn per row with `seed`); fewer when
+    `time_budget_s` runs out first (the batches drawn so far are kept)."""
     from tqdm.auto import tqdm
 
     from specbench.engine import Engine
@@ -92,6 +101,8 @@ def synthesize_magpie(target, num: int, *, max_new_tokens: int = 128, temperatur
     seen: set[str] = set()
     out: list[Prompt] = []
     drawn = 0
+    rng = random.Random(seed)
+    opener_ids = [list(target.tokenizer(o, add_special_tokens=False)["input_ids"]) for o in openers]
     t0 = time.perf_counter()
     bar = tqdm(total=num, desc="magpie", unit="prompt", disable=not progress, mininterval=2.0)
     while len(out) < num:
@@ -101,17 +112,19 @@ def synthesize_magpie(target, num: int, *, max_new_tokens: int = 128, temperatur
         if drawn > 20 * num + 10 * batch_size:
             raise ConfigError(f"magpie: {drawn} samples gave only {len(out)} distinct usable requests (asked {num}); "
                               f"raise magpie temperature or max_new_tokens")
-        rows, _ = engine.generate([prefix] * batch_size)
+        picks = [rng.randrange(len(openers)) for _ in range(batch_size)] if openers else [None] * batch_size
+        rows, _ = engine.generate([prefix + (opener_ids[i] if i is not None else []) for i in picks])
         drawn += batch_size
-        for row in rows:
+        for row, i in zip(rows, picks):
             if row.finished_by != "eos":  # cut by max_new_tokens: an unfinished request
                 continue
-            text = clean_query(target.tokenizer.decode(row.output_ids, skip_special_tokens=True))
+            ids = (opener_ids[i] if i is not None else []) + row.output_ids
+            text = clean_query(target.tokenizer.decode(ids, skip_special_tokens=True))
             key = " ".join(text.lower().split()) if text else None
             if key is None or key in seen or len(out) >= num:
                 continue
             seen.add(key)
-            out.append(Prompt(id=f"magpie/{len(out)}", text=text, category="magpie"))
+            out.append(Prompt(id=f"magpie/{len(out)}", text=text, category="magpie-steered" if openers else "magpie"))
             bar.update(1)
     bar.close()
     return out
@@ -210,6 +223,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--magpie-temperature", type=float, default=1.0)
     ap.add_argument("--magpie-top-p", type=float, default=0.98)
     ap.add_argument("--magpie-time-budget", type=float, default=None, help="seconds; stop drawing batches after it")
+    ap.add_argument("--magpie-openers", action="store_true",
+                    help="steer each request's first words with a task verb (specbench.train.prompts.OPENERS)")
     ap.add_argument("--code", type=int, default=1500, help="number of python-stdlib prompts (0 = none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=64)
@@ -227,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
         target = load_model(resolve_spec({"name": a.target}, "target"), torch.device(a.device), torch.float32)
         magpie = synthesize_magpie(target, a.magpie, max_new_tokens=a.magpie_max_new_tokens, temperature=a.magpie_temperature,
                                    top_p=a.magpie_top_p, seed=a.seed, batch_size=a.batch_size,
-                                   time_budget_s=a.magpie_time_budget)
+                                   time_budget_s=a.magpie_time_budget, openers=OPENERS if a.magpie_openers else ())
         print(f"magpie: {len(magpie)} requests in {time.perf_counter() - t0:.0f}s")
         prompts += magpie
     kept, dropped = drop_contaminated(prompts, evaluation_texts())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import load_model, resolve_spec
@@ -87,3 +88,17 @@ def test_fewer_rows_than_the_cache():
 def test_decoder_matches_transformers_smollm2(smollm2):
     _check_runner_against_hf(smollm2.model, DecoderRunner(smollm2.model), smollm2.model.config.vocab_size,
                              lens=(12, 7), steps=(1, 4), atol=1e-4)  # 30 layers, logits up to ~20: fp32 GEMM order
+
+
+def test_cpu_linear_equals_f_linear_for_every_row_count():
+    from specbench.models.decoder import _linear
+
+    g = torch.Generator().manual_seed(0)
+    w, b = torch.randn(7, 5, generator=g), torch.randn(7, generator=g)
+    for shape in ((5,), (1, 5), (2, 3, 5), (2, 17, 5)):  # 1 row, 6 rows, 34 rows
+        x = torch.randn(*shape, generator=g)
+        with torch.inference_mode():
+            got, got_nobias = _linear(x, w, b), _linear(x, w)
+        assert got.shape == (*shape[:-1], 7)
+        torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got_nobias, F.linear(x, w), rtol=1e-5, atol=1e-5)

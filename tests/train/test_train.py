@@ -92,3 +92,17 @@ def test_resume_without_state_and_unknown_strategy_are_config_errors(tmp_path, p
     cfg.strategy._target_ = "specbench.strategies.eagle.EagleProposer"
     with pytest.raises(ConfigError, match="no trainer"):
         train(cfg)
+
+
+def test_time_budgets_and_max_shards_cut_a_run_and_say_how_to_repeat_it(tmp_path, prompts_file, capsys):
+    cfg = _cfg(tmp_path, prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=5",
+               "train.time_budget_s=0", "data.max_shards=1")
+    ckpt = train(cfg)
+    printed = capsys.readouterr().out
+    assert "train.steps=5 train.stop_after=1" in printed and "1 of 2 shards" in printed
+    assert json.loads((tmp_path / "run" / "last" / "state.json").read_text())["step"] == 1
+    assert (ckpt / "model.safetensors").exists()
+    # a data budget of 0 makes no new shard: the one made above is all there is to train on
+    train(_cfg(tmp_path, prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=1", "data.time_budget_s=0",
+               f"output_dir={tmp_path / 'run2'}"))
+    assert "data.time_budget_s=0 reached after 1 of 2 shards" in capsys.readouterr().out

@@ -1,0 +1,51 @@
+"""Teacher-forced agreement of an EAGLE head with SmolLM2-135M on the target's own outputs.
+
+    python experiments/drafters/agreement.py <eagle checkpoint> <a run's outputs.jsonl> [n_prompts]
+
+For each prompt + output of the run, the target's true final-norm features f_i and its top-1 y_i come
+from one DecoderRunner forward; the head reads (f_i, x_{i+1}) as at unroll step 1 of training and
+as in the first draft of every step. Printed: the share of positions where the head's top-1 equals
+the target's, split into prompt and response positions (the response share is what bounds the first
+draft's acceptance at T = 0), and the target's mean top-1 probability at response positions.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+from specbench.models.decoder import DecoderRunner
+from specbench.models.loading import load_model, resolve_spec
+from specbench.strategies.eagle import load_eagle_head
+
+
+@torch.inference_mode()
+def main(checkpoint: str, outputs: str, n: int = 20) -> None:
+    target = load_model(resolve_spec({"name": "smollm2-135m"}, "target"), torch.device("cpu"), torch.float32)
+    head = load_eagle_head(checkpoint, target.model)
+    runner = DecoderRunner(target.model)
+    hits = {"prompt": [0, 0], "response": [0, 0]}
+    confidence = []
+    for row in [json.loads(line) for line in open(outputs)][:n]:
+        ids = row["prompt_token_ids"] + row["output_token_ids"]
+        length, plen = len(ids), len(row["prompt_token_ids"])
+        runner.allocate(1, length)
+        tokens = torch.tensor([ids])
+        out = runner(tokens, torch.arange(length)[None], attn_len=length, want_hidden=True)
+        top1 = out.logits[0].argmax(-1)  # [N]: y_i predicts x_{i+1}
+        confidence.append(out.logits[0, plen - 1 : length - 1].softmax(-1).max(-1).values)
+        # pair i = (f_i, x_{i+1}) predicts y_{i+1}, for i = 0 .. N-3
+        pred = head.lm_head(head(out.hidden[:, :-2], tokens[:, 1:-1], torch.arange(length - 2)[None]))[0].argmax(-1)
+        for i, ok in enumerate((pred == top1[1:-1]).tolist()):
+            side = hits["response" if i + 1 >= plen else "prompt"]
+            side[0] += ok
+            side[1] += 1
+    for side, (ok, total) in hits.items():
+        print(f"{side} positions: head top-1 == target top-1 at {ok / max(total, 1):.3f} of {total}")
+    print(f"target's mean top-1 probability at response positions: {torch.cat(confidence).mean():.3f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 20)
