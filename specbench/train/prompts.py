@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import gzip
 import json
 import random
@@ -136,6 +137,13 @@ def synthesize_magpie(target, num: int, *, max_new_tokens: int = 128, temperatur
 def stdlib_code_prompts(num: int | None = None, seed: int = 0, min_doc_chars: int = 40, max_chars: int = 1200) -> list[Prompt]:
     """Functions with a docstring in the standard library (top level, and methods of top-level classes):
     `def ...:` and the docstring, raw, shuffled with `seed`."""
+    found = list(_stdlib_functions(min_doc_chars, max_chars))
+    random.Random(seed).shuffle(found)
+    return found[:num] if num else found
+
+
+@functools.lru_cache(maxsize=4)
+def _stdlib_functions(min_doc_chars: int, max_chars: int) -> tuple[Prompt, ...]:
     root = Path(sysconfig.get_paths()["stdlib"])
     skip = {"test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages", "turtledemo", "ensurepip"}
     files = [p for p in sorted(root.rglob("*.py")) if not (set(p.relative_to(root).parts[:-1]) & skip)]
@@ -161,8 +169,7 @@ def stdlib_code_prompts(num: int | None = None, seed: int = 0, min_doc_chars: in
             if len(text) <= max_chars and text.startswith(("def ", "@")):
                 rel = path.relative_to(root).as_posix()
                 found.append(Prompt(id=f"python-stdlib/{rel}:{name}", text=text, category="code", chat=False))
-    random.Random(seed).shuffle(found)
-    return found[:num] if num else found
+    return tuple(found)
 
 
 # -- contamination ---------------------------------------------------------------------------------
