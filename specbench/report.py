@@ -193,11 +193,14 @@ def _exact_match_against_none_jobs(jobs: Sequence[Job]) -> None:
         return tuple((job.results.get("run") or {}).get(c) for c in _SAME_REQUESTS)
 
     references = {key(j): j for j in jobs if j.row["strategy"] == "none" and j.row["temperature"] == 0}
+    read: dict[Path, dict[str, list[int]] | None] = {}  # each reference's outputs, read once
     for job in jobs:
         ref = references.get(key(job))
         if job.row["exact_match"] is not None or job.row["temperature"] != 0 or ref is None or ref is job:
             continue
-        mine, theirs = _outputs(job), _outputs(ref)
+        if ref.path not in read:
+            read[ref.path] = _outputs(ref)
+        mine, theirs = _outputs(job), read[ref.path]
         if not mine or not theirs or set(mine) != set(theirs):
             continue
         equal = sum(mine[pid] == theirs[pid] for pid in mine)
@@ -332,7 +335,7 @@ def _panels(keys: Sequence[tuple[str, Any]], title: str):
 
 def _legend_below(fig, axes) -> None:
     """One legend for the figure, under the panels (series are the same in every panel)."""
-    handles, labels = {}, {}
+    handles: dict[str, Any] = {}
     for ax in axes.values():
         for h, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, h)

@@ -21,7 +21,6 @@ One sequence = prompt + response, x_0 .. x_{N-1}; features f_0 .. f_{N-2} (x_{N-
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import inspect
 import json
@@ -35,6 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from specbench.data import Prompt, encode_prompt
+from specbench.data.prompts import _read_jsonl
 from specbench.errors import ConfigError
 from specbench.models.decoder import DecoderRunner
 
@@ -67,17 +67,13 @@ def training_prompts(path: str | list[str] | tuple[str, ...] | None,
             raise ConfigError(f"data.path={str(file)!r} does not exist; point it at Spec-Bench's question.jsonl, "
                               f"a set written by `python -m specbench.train.prompts`, or any jsonl with a `turns` or "
                               f"`prompt` field (a list of files is allowed)")
-        text_of = gzip.open(file, "rt", encoding="utf-8").read() if file.suffix == ".gz" else file.read_text()
-        for i, line in enumerate(text_of.splitlines()):
-            if not line.strip():
-                continue
-            row = json.loads(line)
+        for row, where, lineno in _read_jsonl(file):  # the prompt sets' reader: jsonl or .jsonl.gz, checked rows
             if row.get("category") in exclude_categories:
                 continue
             if "turns" not in row and "prompt" not in row:
-                raise ConfigError(f"{file}:{i + 1} has neither `turns` nor `prompt`; training prompts need one")
+                raise ConfigError(f"{where} has neither `turns` nor `prompt`; training prompts need one")
             text = row["turns"][0] if "turns" in row else row["prompt"]
-            pid = row.get("id", row.get("question_id", i))
+            pid = row.get("id", row.get("question_id", lineno))
             prompts.append(Prompt(id=f"train/{file.name}/{pid}", text=text, category=row.get("category"),
                                   chat=bool(row.get("chat", True))))
     return prompts[:num_prompts] if num_prompts else prompts

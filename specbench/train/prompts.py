@@ -10,14 +10,14 @@ decide how far it transfers. Sources (one `Prompt` each; `chat=False` marks a ra
   asks mostly one kind of question ("Can you provide ..."); `openers` steers each request's first
   words (a task verb drawn per row: "Write", "Imagine you are", "Solve" ...) and the model writes
   the rest, which widens the kinds of tasks without writing any request by hand.
-- python-stdlib: HumanEval-shaped raw completions, a top-level function's signature and docstring
-  cut out of the Python standard library's own source (which depends on the Python version, so the
-  set is generated once and kept as a file).
+- python-stdlib: HumanEval-shaped raw completions, a function's signature and docstring (top-level
+  functions and public methods) cut out of the Python standard library's own source (which depends
+  on the Python version, so the set is generated once and kept as a file).
 - Spec-Bench's non-MT-Bench categories and any jsonl file: read by specbench.train.data.
 
-`write_prompt_set` drops every prompt that shares a 13-word sequence with an MT-Bench turn or a
-HumanEval prompt (the contamination test of GPT-3, arXiv 2005.14165) and writes jsonl rows
-{"id", "prompt", "category", "chat"} that `data.path` reads. The set behind the committed drafters
+`python -m specbench.train.prompts` drops every prompt that shares a 13-word sequence with an
+MT-Bench turn or a HumanEval prompt (`drop_contaminated`, the contamination test of GPT-3, arXiv
+2005.14165) and writes jsonl rows {"id", "prompt", "category", "chat"} that `data.path` reads. The set behind the committed drafters
 was made by `python -m specbench.train.prompts` (its flags are the recipe; see
 experiments/drafters/README.md).
 """
