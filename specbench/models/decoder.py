@@ -47,12 +47,17 @@ class ForwardOutput:
     layer_hidden: list[torch.Tensor] = field(default_factory=list)  # [B, T, H] each, outputs of asked layers
 
 
+LINEAR_WT_ROWS = (2, 8)  # row counts for which _linear takes weight @ x.T on the CPU
+
+
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, except for inference on the CPU, where `weight @ x.T` runs MKL's faster path for an
-    [N, K] weight (measured on our 2-core CPU over 30 layer-sized weights: the same at 1 row, 2.8x
-    faster at 4 rows, 1.3x at 64; the [49152, 576] LM head 3.8x at 4 rows). So a (K+1)-token verify
-    costs about what a 1-token step does. The result is a transposed view; callers reshape as usual."""
-    if x.device.type != "cpu" or torch.is_grad_enabled():
+    """F.linear, except for inference on the CPU over 2 to 8 rows (a batch-1 verify of up to k = 7
+    drafts), where `weight @ x.T` takes MKL's faster path for an [N, K] weight. Whole forwards of
+    SmolLM2-135M on our 2-core CPU, side by side (experiments/cpu/): 1.5x faster for 1 x 4 tokens;
+    one row (F.linear's matrix-vector path) and 16 rows or more are no faster that way, so they stay
+    on F.linear and target-only decoding is not slowed. The result is a transposed view."""
+    rows = x.numel() // x.shape[-1]
+    if x.device.type != "cpu" or torch.is_grad_enabled() or not LINEAR_WT_ROWS[0] <= rows <= LINEAR_WT_ROWS[1]:
         return F.linear(x, weight, bias)
     y = (weight @ x.reshape(-1, x.shape[-1]).T).T.reshape(*x.shape[:-1], weight.shape[0])
     return y if bias is None else y + bias
