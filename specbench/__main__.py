@@ -2,7 +2,12 @@
 
 In a sweep (-m), a job that fails writes error.json (the message and traceback) into its own
 directory and the sweep goes on: finished jobs keep their results.json, and `specbench.report`
-lists the failed ones. A single run fails loudly.
+lists the failed ones and those that never started. A single run fails loudly.
+
+`+resume=true` skips a job whose directory already holds a complete results.json; every other job
+(failed, interrupted, never started) runs again. Re-run an interrupted sweep with the same overrides
+in the same order (Hydra numbers the jobs by them) and `hydra.sweep.dir=<its directory>`; the
+`resume` key is left out of the job directories' names, so the jobs land in their old directories.
 """
 
 from __future__ import annotations
@@ -24,11 +29,29 @@ def _in_sweep() -> tuple[bool, Path | None]:
     return str(hc.mode).endswith("MULTIRUN"), Path(hc.runtime.output_dir)
 
 
+def finished(job_dir: Path) -> bool:
+    """Whether `job_dir` holds a complete results.json (what +resume=true skips)."""
+    from specbench.report import read_results
+
+    try:
+        read_results(job_dir / "results.json")
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from specbench.run import run
 
     sweep, job_dir = _in_sweep()
+    if cfg.get("output_dir"):
+        job_dir = Path(cfg.output_dir)
+    if cfg.get("resume") and job_dir is not None and finished(job_dir):
+        print(f"specbench: {job_dir / 'results.json'} is complete; skipped (resume=true)")
+        return
+    if job_dir is not None:
+        (job_dir / "error.json").unlink(missing_ok=True)  # a previous attempt's: this one decides
     try:
         run(cfg)
     except Exception as e:

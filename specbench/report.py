@@ -10,9 +10,13 @@ Spec-Bench), report.md also holds per-category acceptance length and speedup tab
 columns = categories), and report_by_category.csv the same in long form.
 
 A job directory without results.json (a crashed or unfinished job: run() writes results.json last)
-is counted and listed, and a results.json that does not parse is listed with its error; neither
-stops the report. Job directories are those holding Hydra's `.hydra/` folder, outputs.jsonl or
-results.json, and every subdirectory of a sweep directory (one holding multirun.yaml).
+is counted and listed (with its error.json's message when the job failed), and a results.json that
+does not parse is listed with its error; neither stops the report. Job directories are those holding
+Hydra's `.hydra/` folder, outputs.jsonl or results.json, and every subdirectory of a sweep directory
+(one holding multirun.yaml). The jobs a sweep was to run are read back from its multirun.yaml
+(`sweep_jobs`: the cartesian product of its overrides, as Hydra's basic sweeper builds it), so jobs
+that never started are listed too; `python -m specbench -m <same overrides> hydra.sweep.dir=<dir>
++resume=true` then runs only the jobs without a complete results.json.
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ class Collected:
     jobs: list[Job] = field(default_factory=list)
     missing: list[Path] = field(default_factory=list)  # job directories without results.json
     unreadable: list[tuple[Path, str]] = field(default_factory=list)  # results.json that did not parse, and why
+    never_started: list[tuple[Path, int, list[str]]] = field(default_factory=list)  # (sweep, job number, overrides)
+    unknown_sweeps: list[tuple[Path, str]] = field(default_factory=list)  # sweeps whose job list was not derived, and why
 
 
 @dataclass
@@ -85,6 +91,73 @@ def _job_dirs(root: Path) -> set[Path]:
     if (root / "multirun.yaml").exists():
         dirs.discard(root)
     return dirs
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    """A complete results.json (run() writes it last, atomically), or ValueError / OSError saying why not."""
+    results = json.loads(path.read_text())
+    if not isinstance(results, dict) or not isinstance(results.get("run"), dict):
+        raise ValueError("no 'run' section: not a specbench results.json")
+    if not isinstance(results.get("strategy"), dict):
+        raise ValueError("no 'strategy' section")
+    return results
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+# keys that change how a job runs, not what it computes: a job re-run with them is the same job
+_NOT_JOB_KEYS = ("resume",)
+
+
+def _job_id(overrides: Sequence[str]) -> tuple[str, ...]:
+    return tuple(sorted(o for o in overrides if _override_key(o) not in _NOT_JOB_KEYS))
+
+
+def sweep_jobs(multirun_yaml: Path) -> list[list[str]]:
+    """The overrides of every job a Hydra sweep was to run, in job-number order, from its multirun.yaml:
+    `hydra.sweeper.params` then `hydra.overrides.task`, expanded into their cartesian product exactly as Hydra's
+    BasicSweeper does (comma lists, range(), choice(); a later override of a key replaces an earlier one).
+    ValueError when it cannot be derived: another sweeper (Optuna, Ax ...), or a glob() sweep, which needs
+    the config groups to expand."""
+    import yaml
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        hydra_cfg = (yaml.safe_load(multirun_yaml.read_text()) or {}).get("hydra") or {}
+    except (OSError, yaml.YAMLError, AttributeError) as e:
+        raise ValueError(f"{multirun_yaml} does not parse: {e}") from None
+    sweeper = (hydra_cfg.get("sweeper") or {}).get("_target_", "")
+    if not sweeper.endswith("BasicSweeper"):
+        raise ValueError(f"sweeper {sweeper or 'unknown'!r}: only the basic sweeper's job list is derived")
+    task = list((hydra_cfg.get("overrides") or {}).get("task") or [])
+    params = [f"{k}={v}" for k, v in ((hydra_cfg.get("sweeper") or {}).get("params") or {}).items()]
+    try:
+        overrides = OverridesParser.create().parse_overrides(params + task)
+        return BasicSweeper.split_arguments(overrides, None)[0]
+    except Exception as e:  # noqa: BLE001 - hydra's parser and sweeper raise several types
+        raise ValueError(f"the sweep's overrides could not be expanded ({type(e).__name__}: {e})") from None
+
+
+def _never_started(sweep: Path, job_dirs: Sequence[Path]) -> list[tuple[int, list[str]]]:
+    """Jobs of `sweep` (numbered as Hydra numbers them) with no job directory: matched by the job's own
+    .hydra/overrides.yaml, else by the job number that starts its directory name."""
+    import yaml
+
+    seen_ids, seen_nums = set(), set()
+    for d in job_dirs:
+        try:
+            seen_ids.add(_job_id(yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text()) or []))
+            continue
+        except (OSError, yaml.YAMLError, TypeError):
+            pass
+        m = re.match(r"^(\d+)(_|$)", d.name)
+        if m:
+            seen_nums.add(int(m.group(1)))
+    return [(i, job) for i, job in enumerate(sweep_jobs(sweep / "multirun.yaml"))
+            if _job_id(job) not in seen_ids and i not in seen_nums]
 
 
 def _label(job_dir: Path, root: Path, several_roots: bool) -> str:
@@ -150,7 +223,15 @@ def collect(roots: Sequence[Path | str], exclude: Sequence[Path | str] = ()) -> 
         if not root.is_dir():
             out.unreadable.append((root, "not a directory"))
             continue
-        for job_dir in sorted(_job_dirs(root)):
+        dirs = sorted(_job_dirs(root))
+        for sweep in sorted(m.parent for m in root.rglob("multirun.yaml")):
+            try:
+                jobs = _never_started(sweep, [d for d in dirs if d.parent == sweep])
+            except ValueError as e:
+                out.unknown_sweeps.append((sweep, str(e)))
+                continue
+            out.never_started += [(sweep, i, job) for i, job in jobs]
+        for job_dir in dirs:
             if job_dir.resolve() in seen:
                 continue
             seen.add(job_dir.resolve())
@@ -159,11 +240,7 @@ def collect(roots: Sequence[Path | str], exclude: Sequence[Path | str] = ()) -> 
                 out.missing.append(job_dir)
                 continue
             try:
-                results = json.loads(path.read_text())
-                if not isinstance(results, dict) or not isinstance(results.get("run"), dict):
-                    raise ValueError("no 'run' section: not a specbench results.json")
-                if not isinstance(results.get("strategy"), dict):
-                    raise ValueError("no 'strategy' section")
+                results = read_results(path)
                 label = _label(job_dir, root, len(roots) > 1)
                 out.jobs.append(Job(job_dir, label, results, job_row(results, label)))
             except (OSError, ValueError, TypeError, KeyError) as e:  # JSONDecodeError is a ValueError
@@ -183,6 +260,15 @@ def _outputs(job: Job) -> dict[str, list[int]] | None:
         return {r["prompt_id"]: r["output_token_ids"] for r in map(json.loads, path.read_text().splitlines()) if r}
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _failure(job_dir: Path) -> str:
+    """' (failed: <message>)' when the job left an error.json (python -m specbench writes one in a sweep)."""
+    try:
+        error = json.loads((job_dir / "error.json").read_text()).get("error")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return f" (failed: {str(error).splitlines()[0][:200]})" if error else ""
 
 
 def _exact_match_against_none_jobs(jobs: Sequence[Job]) -> None:
@@ -421,7 +507,17 @@ def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None)
     if found.missing:
         parts.append(f"\n{len(found.missing)} job director{'ies' if len(found.missing) != 1 else 'y'} without results.json "
                      "(crashed or unfinished), skipped:")
-        parts += [f"- {p}" for p in found.missing]
+        parts += [f"- {p}{_failure(p)}" for p in found.missing]
+    if found.never_started:
+        n = len(found.never_started)
+        parts.append(f"\n{n} job{'s' if n != 1 else ''} of the sweep never started (in multirun.yaml, no job directory):")
+        parts += [f"- {sweep} job {i}: {' '.join(job)}" for sweep, i, job in found.never_started]
+    if found.never_started or any((d.parent / "multirun.yaml").exists() for d in found.missing):
+        parts.append("\nTo run only the jobs without a complete results.json: `python -m specbench -m <the same overrides, "
+                     "in the same order> hydra.sweep.dir=<the sweep directory> +resume=true`.")
+    if found.unknown_sweeps:
+        parts.append("\nJobs that never started are not listed for:")
+        parts += [f"- {p}: {why}" for p, why in found.unknown_sweeps]
     if found.unreadable:
         parts.append(f"\n{len(found.unreadable)} unreadable, skipped:")
         parts += [f"- {p}: {why}" for p, why in found.unreadable]

@@ -81,3 +81,31 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def local_model_dir(path, weights: bool = True, **config_overrides):
+    """A model directory as `target.path=` / `draft.path=` load it: tiny-llama's architecture (config overrides
+    applied) with random weights and a whitespace word-level tokenizer. weights=False writes config.json only
+    (enough for checks that run before loading)."""
+    import json
+    from pathlib import Path
+
+    from specbench.models.presets import PRESETS
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    arch = {**PRESETS["tiny-llama"].arch, **config_overrides}
+    if not weights:
+        (path / "config.json").write_text(json.dumps(arch))
+        return path
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    model_type = arch.pop("model_type")
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **arch)).save_pretrained(path)
+    words = ["[UNK]", *"the a of to and is in what how why write explain list".split()]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(path)
+    return path

@@ -132,3 +132,48 @@ def test_jobs_without_a_baseline_are_matched_against_the_none_job(tmp_path):
     assert rows["eagle"]["exact_match"] == "2/3 vs none"
     assert rows["eagle_t1"]["exact_match"] is None and rows["other_set"]["exact_match"] is None
     assert rows["none"]["exact_match"] is None
+
+
+def test_jobs_that_never_started_are_listed_from_multirun_yaml(tmp_path):
+    """An interrupted sweep: multirun.yaml names 2 x 2 jobs; one finished, one failed, two never started."""
+    import yaml
+
+    from specbench.report import sweep_jobs
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    hydra = {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "max_batch_size": None,
+                         "params": {"sampling.temperature": "0,1"}},
+             "overrides": {"task": ["strategy.k=1,3", "dataset=builtin"]}}
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": hydra, "strategy": {"k": 3}}))
+    jobs = sweep_jobs(sweep / "multirun.yaml")  # params first, then the command line, as Hydra's basic sweeper orders them
+    assert jobs == [["sampling.temperature=0", "strategy.k=1", "dataset=builtin"], ["sampling.temperature=0", "strategy.k=3", "dataset=builtin"],
+                    ["sampling.temperature=1", "strategy.k=1", "dataset=builtin"], ["sampling.temperature=1", "strategy.k=3", "dataset=builtin"]]
+
+    def job_dir(num: int, overrides: list[str]):
+        d = sweep / f"{num}_{','.join(sorted(overrides))}"
+        (d / ".hydra").mkdir(parents=True)
+        (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+        return d
+
+    done = job_dir(0, [*jobs[0], "+resume=true"])  # a resumed run's job: `resume` does not make it another job
+    (done / "results.json").write_text(json.dumps(fake_results("fake_skip", 1, 0.0, 1.8, 1.3)))
+    failed = job_dir(2, jobs[2])
+    (failed / "error.json").write_text(json.dumps({"error": "ConfigError: strategy.k=1 was refused", "traceback": "..."}))
+    files = build_report([sweep])
+    assert [(i, job) for _, i, job in files.collected.never_started] == [(1, jobs[1]), (3, jobs[3])]
+    md = files.text
+    assert "1 job directory without results.json" in md and "(failed: ConfigError: strategy.k=1 was refused)" in md
+    assert "2 jobs of the sweep never started" in md
+    assert f"- {sweep} job 1: sampling.temperature=0 strategy.k=3 dataset=builtin" in md
+    assert "+resume=true" in md
+
+
+def test_a_sweep_whose_jobs_cannot_be_derived_says_so(tmp_path):
+    import yaml
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"sweeper": {"_target_": "hydra_plugins.optuna.OptunaSweeper"}}}))
+    files = build_report([sweep])
+    assert not files.collected.never_started and "only the basic sweeper's job list is derived" in files.text

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
+from specbench_testing import local_model_dir, tiny
 from specbench.errors import ConfigError
+from specbench.report import build_report
 from specbench.run import CONF_DIR, plan, run
+from specbench.strategies.eagle import EagleConfig, EagleHead
 
 TINY = ["target=tiny-llama", "strategy=draft_model", "dataset=builtin", "dataset.num_prompts=5", "max_new_tokens=6", "logger=none"]
 
@@ -75,6 +80,17 @@ BAD = [
     (["max_new_tokens=0"], "max_new_tokens=0"),
     (["engine.batch_size=0"], "engine.batch_size=0"),
     (["engine.dtype=float8"], "unknown engine.dtype 'float8'"),
+    # issue 10: checks the configuration decides, before a model loads
+    (["+strategy.kk=3"], "unknown setting(s) ['kk'] for strategy 'draft_model'; allowed: k, name"),
+    (["strategy=layer_skip", "strategy.num_layers=5"], "strategy.num_layers=5 for strategy 'layer_skip'; allowed: an integer in 1..1"),
+    (["strategy=layer_skip", "engine.backend=transformers"], "layer_skip with engine.backend='transformers'"),
+    (["strategy=eagle"], "eagle checkpoint 'eagle-smollm2-135m' was trained for hidden size 576, vocab 49152 "
+                         "(target 'smollm2-135m'); target 'tiny-llama' has 48, 101"),
+    (["strategy=medusa"], "medusa checkpoint 'medusa-smollm2-135m' was trained for hidden size 576"),
+    (["strategy=eagle", "target=smollm2-135m", "strategy.checkpoint=eagle-smollm2-135m/no-such-subdir"],
+     "strategy.checkpoint='eagle-smollm2-135m/no-such-subdir' does not exist"),
+    (["strategy.k=1000"], "= 1008 positions exceeds max_position_embeddings=512 of target 'tiny-llama'"),
+    (["target.source=random", "target.path=/tmp"], "target.source=random builds a preset's architecture"),
 ]
 
 
@@ -99,3 +115,59 @@ def test_prompt_longer_than_the_context_is_refused(tmp_path: Path):
     with pytest.raises(ConfigError, match="max_model_len"):
         run(cfg(*TINY, "max_model_len=20", f"+output_dir={tmp_path}"))
     assert not (tmp_path / "results.json").exists()
+
+
+# --- issue 10: results that cannot lie ---------------------------------------------------------------
+
+FAST = ["dataset=builtin", "dataset.num_prompts=2", "max_new_tokens=4", "logger=none", "engine.warmup=false"]
+
+
+def test_a_model_loaded_by_path_is_labelled_by_its_path(tmp_path: Path):
+    # the target group's default is the smollm2-135m preset; weights from elsewhere must not carry its name
+    weights = local_model_dir(tmp_path / "weights")
+    run(cfg(f"target.path={weights}", "strategy=draft_model", "draft=self", "strategy.k=2", *FAST,
+            f"+output_dir={tmp_path / 'job'}"))
+    results = json.loads((tmp_path / "job" / "results.json").read_text())
+    assert results["run"]["target"] == results["run"]["draft"] == str(weights)
+    assert results["run"]["target_files"] == str(weights.resolve())
+    assert results["strategy"]["acceptance_length"] == 3.0  # the self-draft really shares the path's weights
+    jobs = build_report([tmp_path / "job"], tmp_path / "report").collected.jobs
+    assert [(j.row["target"], j.row["draft"]) for j in jobs] == [(str(weights), str(weights))]
+
+
+def test_a_draft_directory_is_named_by_its_path_and_checked_before_loading(tmp_path: Path):
+    big = local_model_dir(tmp_path / "big-vocab", weights=False, vocab_size=50_000)
+    with pytest.raises(ConfigError) as e:
+        plan(cfg(*TINY, "draft=tiny-llama", f"draft.path={big}"))  # config.json is read; no weights loaded
+    assert f"draft {str(big)!r} has a vocabulary of 50000 entries, larger than target 'tiny-llama'" in str(e.value)
+
+
+def test_prompts_past_the_models_max_position_embeddings_are_refused(tmp_path: Path):
+    # the plan passes (4 + k 1 + 2 <= 16); the prompts, known once tokenized, do not fit the model's positions
+    short = local_model_dir(tmp_path / "short", max_position_embeddings=16)
+    c = cfg(f"target.path={short}", "strategy=draft_model", "draft=self", "strategy.k=1", *FAST, f"+output_dir={tmp_path / 'job'}")
+    plan(c)
+    with pytest.raises(ConfigError, match=rf"exceeds max_position_embeddings=16 of target '{short}'.*Lower max_new_tokens"):
+        run(c)
+    assert not (tmp_path / "job" / "results.json").exists()
+
+
+def test_results_record_the_checkpoint_files_loaded_and_their_hash(tmp_path: Path):
+    model = tiny("tiny-llama")
+    torch.manual_seed(0)
+    EagleHead(EagleConfig.for_target(model.model.config, None, "tiny-llama"), model.model).save(tmp_path / "head")
+    report = run(cfg(*TINY, "strategy=eagle", f"strategy.checkpoint={tmp_path / 'head'}", "strategy.k=2", *FAST,
+                     f"+output_dir={tmp_path / 'job'}"))
+    weights = (tmp_path / "head" / "model.safetensors").resolve()
+    assert report.results["run"]["checkpoint"] == {
+        "given": str(tmp_path / "head"), "weights": str(weights), "config": str(weights.with_name("config.json")),
+        "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(), "trained_for": "tiny-llama"}
+
+
+def test_same_seed_and_batch_size_give_the_same_sampled_tokens(tmp_path: Path):
+    """README, "Seeds": at T > 0 the same seed, prompts and batch size give the same tokens."""
+    c = [*TINY, "draft=self", "strategy.k=2", "sampling.temperature=1", "engine.batch_size=2", "baseline=false",
+         "dataset.num_prompts=3", "engine.warmup=false"]
+    a = run(cfg(*c, f"+output_dir={tmp_path / 'a'}")).outputs
+    b = run(cfg(*c, f"+output_dir={tmp_path / 'b'}")).outputs
+    assert [o["output_token_ids"] for o in a] == [o["output_token_ids"] for o in b]

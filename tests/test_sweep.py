@@ -39,3 +39,17 @@ def test_a_failed_job_does_not_stop_the_sweep(tmp_path: Path):
     errors = list(out.glob("*/error.json"))
     assert len(errors) == 1 and "strategy.k=0" in json.loads(errors[0].read_text())["error"]
     assert len(list(out.glob("*/results.json"))) == 1
+
+
+def test_resume_skips_finished_jobs_and_reruns_the_others(tmp_path: Path):
+    out = _sweep(tmp_path, "strategy.k=1,2")
+    first, second = sorted(out.glob("*/results.json"))
+    finished = {**json.loads(first.read_text()), "marker": "kept"}  # a re-run would overwrite this file
+    first.write_text(json.dumps(finished))
+    second.unlink()  # an interrupted job, which had failed once
+    (second.parent / "error.json").write_text(json.dumps({"error": "RuntimeError: killed"}))
+    jobs = sorted(p.name for p in out.iterdir() if p.is_dir())
+    _sweep(tmp_path, "strategy.k=1,2", "+resume=true")
+    assert json.loads(first.read_text())["marker"] == "kept"
+    assert json.loads(second.read_text())["run"]["k"] == 2 and not (second.parent / "error.json").exists()
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == jobs  # the same job directories, no new ones

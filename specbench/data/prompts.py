@@ -23,7 +23,8 @@ import gzip
 import importlib
 import itertools
 import json
-from collections.abc import Callable, Iterator, Mapping
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,25 +121,31 @@ def encode_prompt(prompt: Prompt, tokenizer: Any) -> list[int]:
 
 
 def check_prompt_lengths(
-    prompts: list[Prompt], token_ids: list[list[int]], max_model_len: int, max_new_tokens: int, extra: int = 0
+    prompts: list[Prompt], token_ids: list[list[int]], max_model_len: int, max_new_tokens: int, extra: int = 0,
+    model_limits: Sequence[tuple[str, int]] = (),
 ) -> None:
     """Raise ConfigError unless every prompt is non-empty and prompt + max_new_tokens + extra
-    (slack a strategy needs beyond the output, e.g. K+1 verify slots) fits in max_model_len."""
+    (slack a strategy needs beyond the output, e.g. K+1 verify slots) fits in max_model_len and in each
+    (model, max_position_embeddings) of `model_limits` (the positions a model was built for)."""
     if len(prompts) != len(token_ids):
         raise ValueError(f"{len(prompts)} prompts but {len(token_ids)} token id lists")
     empty = [p.id for p, ids in zip(prompts, token_ids) if len(ids) == 0]
     if empty:
         raise ConfigError(f"prompt {empty[0]!r} encodes to 0 tokens ({len(empty)} such prompt(s)); check the dataset's text field")
-    too_long = [(len(ids), p.id) for p, ids in zip(prompts, token_ids) if len(ids) + max_new_tokens + extra > max_model_len]
-    if too_long:
-        n, pid = max(too_long)
-        plus_extra = f" + {extra} extra (strategy slack)" if extra else ""
-        raise ConfigError(
-            f"prompt {pid!r} is {n} tokens long; {n} + max_new_tokens={max_new_tokens}{plus_extra} = "
-            f"{n + max_new_tokens + extra} exceeds max_model_len={max_model_len} "
-            f"({len(too_long)} of {len(prompts)} prompts do not fit). Raise max_model_len, or lower "
-            f"max_new_tokens, or lower dataset.num_prompts to leave out the long prompts."
-        )
+    limits = [(f"max_model_len={max_model_len}", max_model_len, "Raise max_model_len, or lower max_new_tokens")]
+    limits += [(f"max_position_embeddings={limit} of {model}", limit, "Lower max_new_tokens or strategy.k")
+               for model, limit in model_limits]
+    for what, limit, fix in limits:
+        too_long = [(len(ids), p.id) for p, ids in zip(prompts, token_ids) if len(ids) + max_new_tokens + extra > limit]
+        if too_long:
+            n, pid = max(too_long)
+            plus_extra = f" + {extra} extra (strategy slack)" if extra else ""
+            raise ConfigError(
+                f"prompt {pid!r} is {n} tokens long; {n} + max_new_tokens={max_new_tokens}{plus_extra} = "
+                f"{n + max_new_tokens + extra} exceeds {what} "
+                f"({len(too_long)} of {len(prompts)} prompts do not fit). {fix}, "
+                f"or lower dataset.num_prompts to leave out the long prompts."
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,20 +258,32 @@ def _existing_file(path: str | None, what: str, how: str) -> Path:
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[dict[str, Any], str, int]]:
-    """(row, "file:line", line number) for each non-blank line; gzip when the name ends in .gz."""
+    """(row, "file:line", line number) for each non-blank line; gzip when the name ends in .gz. Every failure to
+    read the file (not UTF-8, a broken gzip stream, unreadable) is a ConfigError naming the file and the line."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"{where} is not valid JSON ({e.msg}); a jsonl file holds one JSON object per line") from e
-            if not isinstance(row, dict):
-                raise ConfigError(f"{where} holds a {type(row).__name__}, not a JSON object")
-            yield row, where, lineno
+    lineno = 0
+    try:
+        with opener(path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                where = f"{path}:{lineno}"
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ConfigError(f"{where} is not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); a jsonl "
+                                      f"prompt file holds one JSON object per line, UTF-8 encoded: re-save it as UTF-8") from None
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"{where} is not valid JSON ({e.msg}); a jsonl file holds one JSON object per line") from e
+                if not isinstance(row, dict):
+                    raise ConfigError(f"{where} holds a {type(row).__name__}, not a JSON object")
+                yield row, where, lineno
+    except (OSError, EOFError, zlib.error) as e:  # unreadable, or a broken/truncated gzip stream (BadGzipFile is an OSError)
+        gz = " gzip-compressed" if path.suffix == ".gz" else ""
+        raise ConfigError(f"{path} could not be read after line {lineno} ({type(e).__name__}: {e}); allowed: a{gz} jsonl "
+                          f"file, one UTF-8 JSON object per line") from None
 
 
 def _hf_rows(hf_name: str, split: str) -> Iterator[tuple[dict[str, Any], str, int]]:

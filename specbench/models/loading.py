@@ -41,10 +41,40 @@ class ModelSpec:
     revision: str | None = None
     init_seed: int = 0
     vocab_size: int | None = None  # known before loading for presets (used to fail fast)
+    known: Mapping[str, Any] | None = None  # sizes known before loading (known_sizes()): presets, a local config.json
 
     @property
     def label(self) -> str:
+        """How results, reports, W&B and errors name the model: the preset, or the path it was loaded from."""
         return self.name
+
+
+_KNOWN_KEYS = ("model_type", "hidden_size", "vocab_size", "num_hidden_layers", "max_position_embeddings")
+
+
+def known_sizes(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The sizes checks need before loading, from a transformers config dict (a VLM's from its text_config):
+    model_type, hidden_size, vocab_size, num_hidden_layers, max_position_embeddings, and is_vlm."""
+    text = config.get("text_config") or config
+    out = {key: text.get(key) for key in _KNOWN_KEYS if text.get(key) is not None}
+    out["model_type"] = config.get("model_type", out.get("model_type"))
+    out["is_vlm"] = config.get("vision_config") is not None
+    return out
+
+
+def _local_config(directory: Path, role: str) -> dict[str, Any] | None:
+    """<directory>/config.json as a dict (None when absent); a ConfigError naming it when it does not parse."""
+    path = directory / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{role}.path: {path} could not be read as JSON ({type(e).__name__}: {e}); a model directory "
+                          f"holds a transformers config.json") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{role}.path: {path} holds a {type(config).__name__}, not a transformers config (a JSON object)")
+    return config
 
 
 def resolve_spec(cfg: Mapping[str, Any], role: str) -> ModelSpec:
@@ -58,6 +88,9 @@ def resolve_spec(cfg: Mapping[str, Any], role: str) -> ModelSpec:
         raise unknown(f"{role}.source", source, SOURCES)
     if path:
         path = str(path)
+        if source == "random":
+            raise ConfigError(f"{role}.source=random builds a preset's architecture with random weights and reads no "
+                              f"files, but {role}.path={path!r} is set; drop one of them")
         if source in (None, "preset"):
             p = Path(path).expanduser()
             if p.suffix == ".gguf":
@@ -65,19 +98,25 @@ def resolve_spec(cfg: Mapping[str, Any], role: str) -> ModelSpec:
             elif p.is_dir():
                 source = "local"
             elif p.exists() or path.startswith((".", "/", "~")):
-                raise ConfigError(f"{role}.path={path!r} is neither a directory nor a .gguf file")
+                raise ConfigError(f"{role}.path={path!r} {'is neither a directory nor a .gguf file' if p.exists() else 'does not exist'}; "
+                                  f"allowed: a model directory, a .gguf file, or a hub id (org/name)")
             else:
                 source = "hub"
         if source in ("gguf", "local") and not Path(path).expanduser().exists():
             raise ConfigError(f"{role}.path={path!r} does not exist (source {source}); give an existing "
                               f"{'GGUF file' if source == 'gguf' else 'model directory'}")
-        # "auto" names no model once a path is given: the path is the label results carry
-        return ModelSpec(name=str(path if name in (None, "auto") else name), source=source, path=path, **common)
+        # a path names the model: the config group's preset name (e.g. target=smollm2-135m's default) says nothing
+        # about weights loaded from elsewhere, so results, reports, W&B and errors carry the path
+        config = _local_config(Path(path).expanduser(), role) if source == "local" else None
+        known = known_sizes(config) if config else None
+        return ModelSpec(name=path, source=source, path=path, vocab_size=(known or {}).get("vocab_size"), known=known,
+                         **common)
     if name not in PRESETS:
         raise unknown(f"{role} model", name, PRESETS,
                       hint=f"Or give {role}.path=<hub id, local directory or .gguf file>")
     preset = PRESETS[name]
-    common["vocab_size"] = preset.arch.get("vocab_size") or preset.arch.get("text_config", {}).get("vocab_size")
+    common["known"] = known = known_sizes(preset.arch)
+    common["vocab_size"] = known.get("vocab_size")
     if source == "random" or preset.source == "random":
         return ModelSpec(name=name, source="random", arch=preset.arch, **common)
     if preset.source == "hub":

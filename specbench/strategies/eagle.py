@@ -16,6 +16,8 @@ rewrites those slots with true features). At T > 0 it samples from its q and ret
 
 Checkpoints: a directory (or its model.safetensors) holding `model.safetensors` and `config.json`
 ({"kind": "eagle", ...}); train one with `python -m specbench.train strategy=eagle target=<preset>`.
+A path that does not exist is an error naming it (never another directory's files); the config and
+the weights' header are read, and checked against the target's known sizes, before any model loads.
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ from torch import nn
 
 from specbench.errors import ConfigError
 from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
+from specbench.strategies.checkpoints import (check_weights, checkpoint_files, checkpoint_record, raise_if_head_does_not_fit,
+                                              raise_if_head_does_not_fit_preset, read_checkpoint_config, read_weights)
 from specbench.verify import logits_to_probs, sample_from
 
-PACKAGED = Path(__file__).resolve().parents[1] / "checkpoints"  # drafters trained for the packaged presets
-TRAIN_HINT = "train one with `python -m specbench.train strategy={kind} target=<target preset>` (see specbench/checkpoints/README.md)"
 
 
 @dataclass
@@ -183,63 +185,40 @@ class EagleHead(nn.Module):
         (directory / "config.json").write_text(json.dumps(asdict(self.cfg), indent=1))
 
 
-def checkpoint_files(path: str | Path | None, kind: str) -> tuple[Path, Path]:
-    """(weights, config.json) of a checkpoint directory or of its weights file; ConfigError if missing."""
-    if not path:
-        raise ConfigError(f"strategy {kind} needs strategy.checkpoint=<directory with model.safetensors and "
-                          f"config.json>; none was given. {TRAIN_HINT.format(kind=kind)}")
-    p = Path(str(path)).expanduser()
-    if not p.exists() and (PACKAGED / str(path)).exists():  # a checkpoint shipped in specbench/checkpoints/
-        p = PACKAGED / str(path)
-    directory = p if p.is_dir() else p.parent
-    weights = p if p.is_file() else next((directory / n for n in ("model.safetensors", "pytorch_model.bin")
-                                          if (directory / n).exists()), directory / "model.safetensors")
-    config = directory / "config.json"
-    if not weights.exists() or not config.exists():
-        raise ConfigError(f"strategy.checkpoint={str(path)!r}: {weights if not weights.exists() else config} not found; "
-                          f"give a directory holding model.safetensors and config.json, or {TRAIN_HINT.format(kind=kind)}")
-    return weights, config
+def read_eagle_config(path: str | Path | None) -> tuple[Path, EagleConfig]:
+    weights, config = checkpoint_files(path, "eagle")
+    return weights, read_checkpoint_config(config, str(path), "eagle", EagleConfig)[1]
 
 
-def read_weights(weights: Path) -> dict[str, torch.Tensor]:
-    if weights.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        return load_file(str(weights))
-    return torch.load(weights, map_location="cpu", weights_only=True)  # never unpickle arbitrary objects
-
-
-def raise_if_head_does_not_fit(kind: str, path: str | Path, cfg: Any, tc: Any, target_label: str) -> None:
-    """A drafter head (eagle, medusa) reads a text decoder's hidden states and shares its LM head:
-    refuse a VLM target, and a checkpoint trained for another hidden size or a larger vocabulary."""
-    if getattr(tc, "vision_config", None) is not None:
-        raise ConfigError(f"strategy {kind} reads a text decoder's hidden states; target {target_label!r} is a "
-                          f"vision-language model ({tc.model_type}). Use strategy=draft_model for VLM targets")
-    if cfg.hidden_size != tc.hidden_size or cfg.vocab_size > tc.vocab_size:
-        raise ConfigError(f"{kind} checkpoint {str(path)!r} was trained for hidden size {cfg.hidden_size}, vocab "
-                          f"{cfg.vocab_size} (target {cfg.target!r}); target {target_label!r} has {tc.hidden_size}, "
-                          f"{tc.vocab_size}. {TRAIN_HINT.format(kind=kind)}")
+def raise_if_fuse_layers_out_of_range(cfg: EagleConfig, num_layers: int, target_label: str) -> None:
+    if cfg.fuse_layers and max(cfg.fuse_layers) >= num_layers:
+        raise ConfigError(f"eagle checkpoint fuses target layers {cfg.fuse_layers}; target {target_label!r} has "
+                          f"{num_layers} layers")
 
 
 def load_eagle_head(path: str | Path, target_model: nn.Module, target_label: str = "") -> EagleHead:
     """An EagleHead from a checkpoint, checked against the target it will read, on its device and dtype."""
-    weights, config = checkpoint_files(path, "eagle")
-    raw = json.loads(config.read_text())
-    if raw.get("kind", "eagle") != "eagle":
-        raise ConfigError(f"strategy.checkpoint={str(path)!r} holds a {raw.get('kind')!r} drafter, not an eagle head")
-    cfg = EagleConfig(**{k: raw[k] for k in EagleConfig.__dataclass_fields__ if k in raw})
+    weights, cfg = read_eagle_config(path)
     tc = target_model.config
     raise_if_head_does_not_fit("eagle", path, cfg, tc, target_label)
-    if cfg.fuse_layers and max(cfg.fuse_layers) >= tc.num_hidden_layers:
-        raise ConfigError(f"eagle checkpoint fuses target layers {cfg.fuse_layers}; target {target_label!r} has "
-                          f"{tc.num_hidden_layers} layers")
+    raise_if_fuse_layers_out_of_range(cfg, tc.num_hidden_layers, target_label)
     head = EagleHead(cfg, target_model)
-    missing, unexpected = head.load_state_dict(read_weights(weights), strict=False)
+    try:
+        missing, unexpected = head.load_state_dict(read_weights(weights), strict=False)
+    except RuntimeError as e:  # a tensor of another shape than its config.json says
+        raise ConfigError(f"eagle checkpoint {str(path)!r} ({weights}) does not match its config.json: "
+                          f"{str(e).splitlines()[-1].strip()[:300]}") from None
     if missing or unexpected:
         raise ConfigError(f"eagle checkpoint {str(path)!r} does not match its config: missing {missing[:4]}, "
                           f"unexpected {unexpected[:4]}")
     emb = target_model.get_input_embeddings().weight
     return head.to(device=emb.device, dtype=emb.dtype).eval().requires_grad_(False)
+
+
+def raise_if_fuse_layers_differ(fuse_layers: list[int] | None, trained: list[int] | None, checkpoint: Any) -> None:
+    if fuse_layers is not None and list(fuse_layers) != (trained or []):
+        raise ConfigError(f"strategy.fuse_layers={list(fuse_layers)} but checkpoint {checkpoint!r} was trained with "
+                          f"fuse_layers={trained}; leave strategy.fuse_layers=null to use the checkpoint's")
 
 
 class EagleProposer(Proposer):
@@ -252,23 +231,32 @@ class EagleProposer(Proposer):
                  fuse_layers: list[int] | None = None, **options: Any) -> None:
         super().__init__(ctx, k, name, **options)
         self.head = load_eagle_head(checkpoint, ctx.target.model, ctx.target.spec.label)
-        trained = self.head.cfg.fuse_layers
-        if fuse_layers is not None and list(fuse_layers) != (trained or []):
-            raise ConfigError(f"strategy.fuse_layers={list(fuse_layers)} but checkpoint {checkpoint!r} was trained with "
-                              f"fuse_layers={trained}; leave strategy.fuse_layers=null to use the checkpoint's")
+        raise_if_fuse_layers_differ(fuse_layers, self.head.cfg.fuse_layers, checkpoint)
         self.device = ctx.device
-        self.generator = torch.Generator(device=ctx.device)
-        self.generator.manual_seed(ctx.sampling.seed + 1)  # independent of the verifier's noise
         self.feats: torch.Tensor | None = None  # [B, S, H] true input features by position
         self.seen: list[int] = []  # per row: pairs (f_i, x_{i+1}) in the head's cache with true features (i < seen)
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:
         super().validate(cfg)
-        checkpoint_files(cfg.get("checkpoint"), "eagle")
         fl = cfg.get("fuse_layers")
         if fl is not None and (not isinstance(fl, (list, tuple)) or not all(isinstance(i, int) and i >= 0 for i in fl)):
             raise ConfigError(f"strategy.fuse_layers={fl!r}; allowed: null or a list of target layer indices, e.g. [2, 15, 27]")
+        weights, head_cfg = read_eagle_config(cfg.get("checkpoint"))
+        raise_if_fuse_layers_differ(fl, head_cfg.fuse_layers, cfg.get("checkpoint"))
+        check_weights(weights)
+
+    @classmethod
+    def validate_for_target(cls, cfg: Mapping[str, Any], target: Any, backend: str) -> None:
+        """The checkpoint against the target's sizes known before loading (run.plan calls it)."""
+        _, head_cfg = read_eagle_config(cfg.get("checkpoint"))
+        raise_if_head_does_not_fit_preset("eagle", cfg.get("checkpoint"), head_cfg, target)
+        if (target.known or {}).get("num_hidden_layers"):
+            raise_if_fuse_layers_out_of_range(head_cfg, target.known["num_hidden_layers"], target.label)
+
+    @classmethod
+    def checkpoint_record(cls, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        return checkpoint_record(cfg.get("checkpoint"), "eagle")
 
     def hidden_layers(self) -> tuple[int, ...]:
         return tuple(self.head.cfg.fuse_layers or ())

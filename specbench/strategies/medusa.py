@@ -25,7 +25,8 @@ from torch import nn
 
 from specbench.errors import ConfigError
 from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
-from specbench.strategies.eagle import checkpoint_files, raise_if_head_does_not_fit, read_weights
+from specbench.strategies.checkpoints import (check_weights, checkpoint_files, checkpoint_record, raise_if_head_does_not_fit,
+                                              raise_if_head_does_not_fit_preset, read_checkpoint_config, read_weights)
 
 
 @dataclass
@@ -69,17 +70,21 @@ class MedusaHeads(nn.Module):
 
 def read_medusa_config(path: str | Path | None) -> tuple[Path, MedusaConfig]:
     weights, config = checkpoint_files(path, "medusa")
-    raw = json.loads(config.read_text())
-    if raw.get("kind", "medusa") != "medusa":
-        raise ConfigError(f"strategy.checkpoint={str(path)!r} holds a {raw.get('kind')!r} drafter, not medusa heads")
-    return weights, MedusaConfig(**{k: raw[k] for k in MedusaConfig.__dataclass_fields__ if k in raw})
+    return weights, read_checkpoint_config(config, str(path), "medusa", MedusaConfig)[1]
 
 
 def load_medusa_heads(path: str | Path, target_model: nn.Module, target_label: str = "") -> MedusaHeads:
     weights, cfg = read_medusa_config(path)
     raise_if_head_does_not_fit("medusa", path, cfg, target_model.config, target_label)
     heads = MedusaHeads(cfg, target_model)
-    heads.load_state_dict(read_weights(weights))
+    try:
+        missing, unexpected = heads.load_state_dict(read_weights(weights), strict=False)
+    except RuntimeError as e:  # a tensor of another shape than its config.json says
+        raise ConfigError(f"medusa checkpoint {str(path)!r} ({weights}) does not match its config.json: "
+                          f"{str(e).splitlines()[-1].strip()[:300]}") from None
+    if missing or unexpected:
+        raise ConfigError(f"medusa checkpoint {str(path)!r} does not match its config: missing {missing[:4]}, "
+                          f"unexpected {unexpected[:4]}")
     emb = target_model.get_input_embeddings().weight
     return heads.to(device=emb.device, dtype=emb.dtype).eval().requires_grad_(False)
 
@@ -102,8 +107,19 @@ class MedusaProposer(Proposer):
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:
         super().validate(cfg)
-        _, mcfg = read_medusa_config(cfg.get("checkpoint"))
+        weights, mcfg = read_medusa_config(cfg.get("checkpoint"))
         raise_if_too_few_heads(cfg["k"], mcfg.num_heads, str(cfg.get("checkpoint")))
+        check_weights(weights)
+
+    @classmethod
+    def validate_for_target(cls, cfg: Mapping[str, Any], target: Any, backend: str) -> None:
+        """The checkpoint against the target's sizes known before loading (run.plan calls it)."""
+        _, mcfg = read_medusa_config(cfg.get("checkpoint"))
+        raise_if_head_does_not_fit_preset("medusa", cfg.get("checkpoint"), mcfg, target)
+
+    @classmethod
+    def checkpoint_record(cls, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        return checkpoint_record(cfg.get("checkpoint"), "medusa")
 
     def propose(self, state: DecodeState) -> Draft:
         assert state.target_hidden is not None and state.target_positions is not None

@@ -134,7 +134,8 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     s, d, t = dict(c["strategy"]), dict(c.get("data") or {}), dict(c.get("train") or {})
     cls = _trainer_class(s)
     target_spec = resolve_spec(c["target"], "target")
-    out_dir = Path(c.get("output_dir") or Path("outputs/train") / f"{s.get('name')}-{target_spec.label}")
+    # a target given by path is labelled by it: its last part names the directory
+    out_dir = Path(c.get("output_dir") or Path("outputs/train") / f"{s.get('name')}-{Path(target_spec.label).name}")
     ckpt_dir = Path(c.get("checkpoint") or out_dir / "checkpoint")
     last = out_dir / "last"
     if c.get("resume") and not (last / "state.json").exists():

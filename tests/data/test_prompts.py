@@ -311,3 +311,28 @@ def test_encode_chat_false_and_no_template_are_plain(tokenizer):
     no_template = tokenizer.__class__(tokenizer_object=tokenizer.backend_tokenizer, unk_token="<unk>", bos_token="<s>")
     assert not no_template.chat_template
     assert encode_prompt(Prompt("q", code.text), no_template) == ids
+
+
+# --- issue 10: every failure in reading a prompt file is a ConfigError naming the file ---------------
+
+
+def test_a_non_utf8_jsonl_file_is_an_error_naming_the_file_and_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b'{"prompt": "fine"}\n{"prompt": "caf\xe9"}\n')  # latin-1, not UTF-8
+    with pytest.raises(ConfigError, match=rf"{path}:2 is not UTF-8 text \(byte 0xe9 at column 16\).*re-save it as UTF-8"):
+        load_prompts(cfg("jsonl", path=str(path)))
+
+
+def test_a_broken_gzip_file_is_an_error_naming_it(tmp_path):
+    path = tmp_path / "p.jsonl.gz"
+    path.write_bytes(b"not a gzip stream")
+    with pytest.raises(ConfigError, match=rf"{path} could not be read after line 0 .*gzip-compressed jsonl"):
+        load_prompts(cfg("jsonl", path=str(path)))
+
+
+def test_check_prompt_lengths_against_a_models_positions():
+    ps, ids = [Prompt("a", "x"), Prompt("b", "y")], [[1] * 5, [1] * 9]
+    check_prompt_lengths(ps, ids, max_model_len=100, max_new_tokens=4, extra=3, model_limits=[("target 't'", 16)])
+    with pytest.raises(ConfigError, match=r"'b' is 9 tokens long.*= 17 exceeds max_position_embeddings=16 of target 't'"
+                                          r".*Lower max_new_tokens or strategy.k"):
+        check_prompt_lengths(ps, ids, max_model_len=100, max_new_tokens=5, extra=3, model_limits=[("target 't'", 16)])

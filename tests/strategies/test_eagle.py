@@ -60,7 +60,7 @@ def test_head_shapes(llama, tmp_path):
 def test_missing_checkpoint_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="needs strategy.checkpoint"):
         EagleProposer.validate({"name": "eagle", "k": 3, "checkpoint": None})
-    with pytest.raises(ConfigError, match="not found.*specbench.train"):
+    with pytest.raises(ConfigError, match="nope. does not exist.*specbench.train"):
         EagleProposer.validate({"name": "eagle", "k": 3, "checkpoint": str(tmp_path / "nope")})
 
 

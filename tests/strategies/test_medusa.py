@@ -56,7 +56,7 @@ def test_k_larger_than_heads_is_a_config_error(llama, tmp_path):
 def test_missing_checkpoint_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="needs strategy.checkpoint"):
         MedusaProposer.validate({"name": "medusa", "k": 2})
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(ConfigError, match="missing. does not exist"):
         MedusaProposer.validate({"name": "medusa", "k": 2, "checkpoint": str(tmp_path / "missing")})
 
 

@@ -1,0 +1,171 @@
+"""Drafter checkpoints (eagle, medusa): find their files, read them safely, check them before loading.
+
+A checkpoint is a directory holding `model.safetensors` (or `pytorch_model.bin`) and `config.json`,
+its weights file, or the name of a directory shipped in specbench/checkpoints/. A path that does not
+exist is an error naming it: nothing falls back to another directory's files. Weights load from
+safetensors, or with `torch.load(weights_only=True)`, never by unpickling arbitrary objects. Every
+failure to read a checkpoint is a ConfigError naming the file and what is allowed; validate() reads
+the config and the weights' header, so these fail before any model loads. `checkpoint_record` is
+what results.json records: the files resolved and the weights' SHA-256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import MISSING
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from specbench.errors import ConfigError
+
+PACKAGED = Path(__file__).resolve().parents[1] / "checkpoints"  # drafters trained for the packaged presets
+TRAIN_HINT = "train one with `python -m specbench.train strategy={kind} target=<target preset>` (see specbench/checkpoints/README.md)"
+WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin")  # looked up, in this order, inside a checkpoint directory
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+_WEIGHTS_ALLOWED = ("allowed: a safetensors file, or a torch.save of a dict of tensors (read with "
+                    "torch.load(weights_only=True); pickled Python objects are never loaded)")
+
+
+def _allowed_checkpoints(kind: str) -> str:
+    shipped = sorted(p.name for p in PACKAGED.iterdir() if p.is_dir() and p.name.startswith(kind)) if PACKAGED.is_dir() else []
+    return (f"allowed: a directory holding {' or '.join(WEIGHT_NAMES)} and config.json, its weights file, or the name "
+            f"of a checkpoint in specbench/checkpoints/ ({', '.join(shipped) or 'none for ' + kind})")
+
+
+def checkpoint_files(path: str | Path | None, kind: str) -> tuple[Path, Path]:
+    """(weights, config.json), resolved, of the checkpoint `path` names: a directory holding both, its weights file
+    (config.json beside it), or the name of a directory in specbench/checkpoints/. A ConfigError naming `path`
+    when it does not exist or lacks a file: a mistyped path never falls back to another checkpoint."""
+    if not path:
+        raise ConfigError(f"strategy {kind} needs strategy.checkpoint=<directory with model.safetensors and "
+                          f"config.json>; none was given. {TRAIN_HINT.format(kind=kind)}")
+    given = str(path)
+    p = Path(given).expanduser()
+    if not p.exists() and (PACKAGED / given).exists():  # a checkpoint shipped in specbench/checkpoints/
+        p = PACKAGED / given
+    if not p.exists():
+        raise ConfigError(f"strategy.checkpoint={given!r} does not exist (resolved to {p.absolute()}); "
+                          f"{_allowed_checkpoints(kind)}. Or {TRAIN_HINT.format(kind=kind)}")
+    if p.is_dir():
+        weights = next((p / n for n in WEIGHT_NAMES if (p / n).is_file()), None)
+        if weights is None:
+            raise ConfigError(f"strategy.checkpoint={given!r}: the directory {p} holds neither {' nor '.join(WEIGHT_NAMES)}; "
+                              f"{_allowed_checkpoints(kind)}. Or {TRAIN_HINT.format(kind=kind)}")
+    elif p.suffix in WEIGHT_SUFFIXES:
+        weights = p
+    else:
+        raise ConfigError(f"strategy.checkpoint={given!r} is a file but not a weights file ({', '.join(WEIGHT_SUFFIXES)}); "
+                          f"{_allowed_checkpoints(kind)}")
+    config = weights.parent / "config.json"
+    if not config.is_file():
+        raise ConfigError(f"strategy.checkpoint={given!r}: {config} not found (a drafter's config.json sits beside its "
+                          f"weights); {_allowed_checkpoints(kind)}. Or {TRAIN_HINT.format(kind=kind)}")
+    return weights.resolve(), config.resolve()
+
+
+def read_checkpoint_config(config: Path, given: str, kind: str, fields: type) -> tuple[dict[str, Any], Any]:
+    """The raw config.json of a `kind` checkpoint and the `fields` dataclass built from it; a ConfigError naming
+    the file when it is not JSON, holds another drafter kind or lacks a required field."""
+    try:
+        raw = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"strategy.checkpoint={given!r}: {config} could not be read as JSON ({type(e).__name__}: {e}); "
+                          f"it holds the drafter's config as `specbench.train` writes it") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"strategy.checkpoint={given!r}: {config} holds a {type(raw).__name__}, not a JSON object")
+    if raw.get("kind", kind) != kind:
+        raise ConfigError(f"strategy.checkpoint={given!r} holds a {raw.get('kind')!r} drafter, not a {kind} one; "
+                          f"use strategy={raw.get('kind')} with it, or give a {kind} checkpoint")
+    required = [n for n, f in fields.__dataclass_fields__.items() if f.default is MISSING and f.default_factory is MISSING]
+    missing = [n for n in required if n not in raw]
+    if missing:
+        raise ConfigError(f"strategy.checkpoint={given!r}: {config} lacks {missing}; a {kind} config.json holds "
+                          f"{', '.join(fields.__dataclass_fields__)}")
+    return raw, fields(**{n: raw[n] for n in fields.__dataclass_fields__ if n in raw})
+
+
+def _reason(e: BaseException) -> str:
+    """One line saying why a weights file did not load (torch's refusals run to a page of advice)."""
+    text = str(e)
+    refused = next((line.strip() for line in text.splitlines() if "Unsupported global" in line or "Unsupported operand" in line), None)
+    if refused:
+        return f"it holds pickled Python objects, not only tensors ({refused})"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{type(e).__name__}: {first[:300]}"
+
+
+def check_weights(weights: Path) -> None:
+    """Read a weights file's header (safetensors) or its tensors without copying them (torch zip files, mmap):
+    a corrupt or unsafe file is a ConfigError naming it, before any model loads."""
+    try:
+        if weights.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(weights), "pt") as f:
+                list(f.keys())
+            return
+        import zipfile
+
+        torch.load(weights, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(weights))
+    except Exception as e:  # noqa: BLE001 - SafetensorError, UnpicklingError, RuntimeError, EOFError, OSError ...
+        raise ConfigError(f"checkpoint weights {weights} could not be read: {_reason(e)}; {_WEIGHTS_ALLOWED}") from None
+
+
+def read_weights(weights: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a weights file; never unpickles arbitrary objects. Any failure is a ConfigError naming the file."""
+    try:
+        if weights.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state: Any = load_file(str(weights))
+        else:
+            state = torch.load(weights, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - as in check_weights
+        raise ConfigError(f"checkpoint weights {weights} could not be read: {_reason(e)}; {_WEIGHTS_ALLOWED}") from None
+    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConfigError(f"checkpoint weights {weights} hold a {type(state).__name__}, not a dict of tensors; {_WEIGHTS_ALLOWED}")
+    return dict(state)
+
+
+def checkpoint_record(path: str | Path | None, kind: str) -> dict[str, Any]:
+    """What results.json records of a drafter checkpoint: the path given, the files it resolved to, the target
+    its config.json says it was trained for, and the weights' SHA-256 (so a result names the exact weights)."""
+    weights, config = checkpoint_files(path, kind)
+    digest = hashlib.sha256()
+    with open(weights, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    try:
+        trained_for = json.loads(config.read_text(encoding="utf-8")).get("target") or None
+    except (OSError, ValueError, AttributeError):
+        trained_for = None
+    return {"given": str(path), "weights": str(weights), "config": str(config), "weights_sha256": digest.hexdigest(),
+            "trained_for": trained_for}
+
+
+def raise_if_head_does_not_fit_preset(kind: str, path: str | Path, cfg: Any, target: Any) -> None:
+    """raise_if_head_does_not_fit before any model loads, against the sizes the target's ModelSpec knows
+    (a preset's architecture, a local directory's config.json); nothing to check when it knows none."""
+    known = getattr(target, "known", None) or {}
+    if known.get("hidden_size") is None or known.get("vocab_size") is None:
+        return
+    tc = SimpleNamespace(hidden_size=known["hidden_size"], vocab_size=known["vocab_size"],
+                         model_type=known.get("model_type"), vision_config=True if known.get("is_vlm") else None)
+    raise_if_head_does_not_fit(kind, path, cfg, tc, target.label)
+
+
+def raise_if_head_does_not_fit(kind: str, path: str | Path, cfg: Any, tc: Any, target_label: str) -> None:
+    """A drafter head (eagle, medusa) reads a text decoder's hidden states and shares its LM head:
+    refuse a VLM target, and a checkpoint trained for another hidden size or a larger vocabulary."""
+    if getattr(tc, "vision_config", None) is not None:
+        raise ConfigError(f"strategy {kind} reads a text decoder's hidden states; target {target_label!r} is a "
+                          f"vision-language model ({tc.model_type}). Use strategy=draft_model for VLM targets")
+    if cfg.hidden_size != tc.hidden_size or cfg.vocab_size > tc.vocab_size:
+        raise ConfigError(f"{kind} checkpoint {str(path)!r} was trained for hidden size {cfg.hidden_size}, vocab "
+                          f"{cfg.vocab_size} (target {cfg.target!r}); target {target_label!r} has {tc.hidden_size}, "
+                          f"{tc.vocab_size}. {TRAIN_HINT.format(kind=kind)}")

@@ -1,0 +1,155 @@
+"""The GPU suite (`pytest -m gpu`, skipped without CUDA): the front door on a real GPU.
+
+Every check goes through the code path users run (`python -m specbench`, Hydra multirun, or run()),
+with CUDA graphs on, bf16, random-weight presets at real sizes (no weights are downloaded):
+- a token's logits are bit-identical in a 1-token forward, inside a (K+1)-token verify forward and at
+  batch 64 (engine.batch_invariant), eager and replayed from a graph;
+- a self-draft accepts everything (AL exactly k+1) at T=0 and T=1 for k = 1..5, and T=0 output equals
+  target-only decoding on every prompt, for Qwen3-8B and Qwen3-32B;
+- every registered strategy finishes in one `-m` process with mixed prompt lengths and batches of 4,
+  T=0 output equal to target-only decoding; batch 64 likewise; no graph is captured while timing.
+Run on the H200 whenever models/, kernels/, engine.py, run.py, verify.py or strategies/ change; the
+log goes to experiments/gpu/suite-<date>-<commit>.txt (README: development).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from specbench.run import CONF_DIR, available_strategies, run
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU suite needs CUDA")]
+
+COMMON = ["logger=none", "dataset=builtin", "max_new_tokens=32", "engine.ignore_eos=true"]
+PAIR_8B = ["target=qwen3-8b-random", "draft=qwen3-0.6b-random"]
+
+
+def _cfg(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def _sweep(tmp_path: Path, *overrides: str, timeout: int = 900) -> list[dict]:
+    """One `python -m specbench -m ...` process; every job's results.json (a failed job fails the test)."""
+    out = tmp_path / "multirun"
+    proc = subprocess.run([sys.executable, "-m", "specbench", "-m", *overrides, f"hydra.sweep.dir={out}"],
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    errors = [json.loads(p.read_text())["error"] for p in out.glob("*/error.json")]
+    assert not errors, errors
+    return [json.loads(p.read_text()) for p in sorted(out.glob("*/results.json"))]
+
+
+def _assert_exact(results: dict) -> None:
+    """T=0: every prompt's output equals target-only decoding; no graph captured while timing."""
+    run_ = results["run"]
+    assert run_["graph_captures_while_timing"] == 0, run_
+    if run_["temperature"] == 0 and run_["lossless"] and results.get("exact_match"):
+        assert results["exact_match"]["all_equal"], (run_["strategy"], run_["k"], results["exact_match"])
+
+
+def _random_heads(target_preset: str, directory: Path) -> tuple[Path, Path]:
+    """An EAGLE head and Medusa heads with random weights built for `target_preset`'s architecture."""
+    from specbench.models.loading import _random_model, resolve_spec
+    from specbench.strategies.eagle import EagleConfig, EagleHead
+    from specbench.strategies.medusa import MedusaConfig, MedusaHeads
+
+    meta = _random_model(resolve_spec({"name": target_preset}, "target"), torch.bfloat16, "meta")
+    torch.manual_seed(0)
+    eagle = EagleHead(EagleConfig.for_target(meta.config, target=target_preset), meta).to(torch.bfloat16)
+    eagle.save(directory / "eagle")
+    medusa = MedusaHeads(MedusaConfig(meta.config.hidden_size, 5, meta.config.vocab_size, target=target_preset), meta)
+    with torch.no_grad():
+        for block in medusa.blocks:  # not the identity: heads that disagree with the target sometimes
+            block.weight.normal_(0, 0.02)
+    medusa.to(torch.bfloat16).save(directory / "medusa")
+    return directory / "eagle", directory / "medusa"
+
+
+def test_logits_are_batch_invariant_8b():
+    """A token's logits: 1-token forwards == one 4-token verify == batch 64, eager and under graphs."""
+    from specbench.models.cuda_graphs import GraphedRunner
+    from specbench.models.decoder import DecoderRunner
+    from specbench.models.loading import load_model, resolve_spec
+
+    target = load_model(resolve_spec({"name": "qwen3-8b-random"}, "target"), "cuda", torch.bfloat16)
+    g = torch.Generator().manual_seed(0)
+    lens, steps = [20, 45, 33], 4
+    seqs = torch.randint(0, 50_000, (64, 64), generator=g).cuda()
+
+    def logits(runner, rows: int, verify: bool) -> torch.Tensor:
+        runner.allocate(rows, 256)
+        plen = torch.tensor([lens[b % 3] for b in range(rows)], device="cuda")
+        pmax = int(plen.max())
+        pos = torch.arange(pmax, device="cuda").expand(rows, pmax)
+        runner(seqs[:rows, :pmax], pos, attn_len=pmax)  # prefill (cuBLAS; the same in every variant)
+        positions = plen[:, None] + torch.arange(steps, device="cuda")  # [rows, 4]
+        if verify:
+            return runner(seqs[:rows].gather(1, positions), positions, attn_len=pmax + steps).logits.clone()
+        outs = [runner(seqs[:rows].gather(1, positions[:, i : i + 1]), positions[:, i : i + 1].contiguous(),
+                       attn_len=pmax + i + 1).logits.clone() for i in range(steps)]
+        return torch.cat(outs, dim=1)
+
+    plain = DecoderRunner(target.model, batch_invariant=True)
+    one = logits(plain, 3, verify=False)
+    assert torch.equal(logits(plain, 3, verify=True), one), "verify forward differs from 1-token forwards"
+    wide = logits(plain, 64, verify=True)
+    assert torch.equal(wide[:3], one), "batch 64 differs from batch 3"
+    graphed = GraphedRunner(DecoderRunner(target.model, batch_invariant=True))
+    assert torch.equal(logits(graphed, 3, verify=True), one), "graph replay differs from eager"
+    assert torch.equal(logits(graphed, 3, verify=False), one)
+
+
+def test_self_draft_is_exact_for_k_1_to_5_in_one_sweep_8b(tmp_path: Path):
+    results = _sweep(tmp_path, *COMMON, "target=qwen3-8b-random", "strategy=draft_model", "draft=self",
+                     "strategy.k=1,2,3,4,5", "sampling.temperature=0,1", "dataset.num_prompts=6")
+    assert len(results) == 10
+    for r in results:
+        _assert_exact(r)
+        assert r["strategy"]["acceptance_length"] == r["run"]["k"] + 1, (r["run"], r["strategy"]["acceptance_length"])
+
+
+def test_every_strategy_in_one_process_8b(tmp_path: Path):
+    """Every registered strategy (eagle/medusa with random heads built for the 8B), T=0 and 1, batches of 4."""
+    eagle, medusa = _random_heads("qwen3-8b-random", tmp_path)
+    plain = [s for s in available_strategies() if s not in ("eagle", "medusa")]
+    results = _sweep(tmp_path, *COMMON, *PAIR_8B, f"strategy={','.join(plain)}", "strategy.k=3",
+                     "sampling.temperature=0,1", "engine.batch_size=4")
+    assert len(results) == 2 * len(plain)
+    for name, ckpt in (("eagle", eagle), ("medusa", medusa)):
+        for temp in (0, 1):
+            results.append(run(_cfg(*COMMON, *PAIR_8B, f"strategy={name}", f"strategy.checkpoint={ckpt}", "strategy.k=3",
+                                    f"sampling.temperature={temp}", "engine.batch_size=4",
+                                    f"output_dir={tmp_path / f'{name}-{temp}'}")).results)
+    assert {r["run"]["strategy"] for r in results} == set(available_strategies())
+    for r in results:
+        _assert_exact(r)
+
+
+def test_batch_64_mixed_lengths_8b(tmp_path: Path):
+    words = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex every jovial box".split()
+    prompts = tmp_path / "prompts.jsonl"
+    with prompts.open("w") as f:
+        for i in range(70):  # a batch of 64, then a batch of 6
+            f.write(json.dumps({"id": f"p{i}", "prompt": " ".join(words[: 3 + (i * 7) % 15]) * (1 + i % 4)}) + "\n")
+    r = run(_cfg("logger=none", "max_new_tokens=24", "engine.ignore_eos=true", *PAIR_8B, "strategy=draft_model",
+                 "strategy.k=1", "engine.batch_size=64", "dataset=jsonl", f"dataset.path={prompts}",
+                 f"output_dir={tmp_path / 'b64'}")).results
+    _assert_exact(r)
+    assert r["exact_match"]["n"] == 70
+
+
+@pytest.mark.parametrize("draft", ["self", "qwen3-1.7b-random"])
+def test_32b_output_equals_target_only(tmp_path: Path, draft: str):
+    r = run(_cfg(*COMMON, "target=qwen3-32b-random", f"draft={draft}", "strategy=draft_model", "strategy.k=3",
+                 "dataset.num_prompts=4", f"output_dir={tmp_path / draft}")).results
+    _assert_exact(r)
+    if draft == "self":
+        assert r["strategy"]["acceptance_length"] == 4.0

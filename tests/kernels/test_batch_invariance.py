@@ -1,0 +1,79 @@
+"""Batch invariance of the decode kernels (interpreter on the CPU, compiled on a GPU): a row's GEMM
+output and a query's attention output are bit-identical whatever else shares the launch (other rows,
+the row's other tokens, the batch size), and still equal their torch references."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")
+pytestmark = pytest.mark.gpu  # part of the GPU suite: compiled and exact there, interpreted here
+
+from specbench.kernels import decode, skinny_gemm  # noqa: E402
+
+_COMPILED = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+DEVICE = torch.device("cuda" if _COMPILED else "cpu")
+DTYPE = torch.bfloat16 if _COMPILED else torch.float32
+if DEVICE.type == "cpu" and not decode._INTERPRETED:
+    os.environ["TRITON_INTERPRET"] = "1"
+    decode = importlib.reload(decode)
+    skinny_gemm = importlib.reload(skinny_gemm)
+
+
+def _g(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_invariant_linear_rows_do_not_depend_on_m(split):
+    g = _g(1)
+    x = torch.randn(37, 128, generator=g).to(DEVICE, DTYPE)  # 37 rows: three 16-row tiles, the last ragged
+    w = torch.randn(72, 128, generator=g).to(DEVICE, DTYPE)
+    cfg = (16, 32, 4, 1, 2 if split else 1)
+
+    def f(rows):
+        return skinny_gemm.sum_partials(skinny_gemm.invariant_linear(rows, w, may_split=split, config=cfg), DTYPE)
+
+    full = f(x)
+    torch.testing.assert_close(full, F.linear(x, w), atol=1e-3, rtol=1e-3)
+    for m in (1, 2, 5, 16, 17):
+        assert torch.equal(f(x[:m].contiguous()), full[:m]), f"rows 0..{m} changed with M"
+    assert torch.equal(f(x[20:23].contiguous()), full[20:23])  # rows from another tile, alone
+
+
+def test_invariant_decode_attention_does_not_depend_on_other_queries():
+    g = _g(2)
+    bsz, hq, hkv, d, slots = 3, 6, 2, 16, 300  # G = 3: tiles of 16 (token, head) pairs split tokens unevenly
+    kc = torch.randn(bsz, hkv, slots, d, generator=g).to(DEVICE, DTYPE)
+    vc = torch.randn(bsz, hkv, slots, d, generator=g).to(DEVICE, DTYPE)
+    t = 7
+    q = torch.randn(bsz, t, hq, d, generator=g).to(DEVICE, DTYPE)
+    starts = torch.tensor([0, 126, 250])  # the second row's window straddles the 128-slot split boundary
+    positions = (starts[:, None] + torch.arange(t)).to(DEVICE)
+    scale = d**-0.5
+    full = decode.decode_attention(q, kc, vc, positions, scale, block_n=32, invariant=True)
+    ref = decode.decode_attention_ref(q, kc, vc, positions, scale)
+    torch.testing.assert_close(full, ref, atol=2e-3, rtol=2e-3)
+    for b in range(bsz):
+        for i in (0, 3, t - 1):  # one query alone (a 1-token forward of one row)
+            alone = decode.decode_attention(q[b : b + 1, i : i + 1].contiguous(), kc[b : b + 1], vc[b : b + 1],
+                                            positions[b : b + 1, i : i + 1].contiguous(), scale, block_n=32, invariant=True)
+            assert torch.equal(alone[0, 0], full[b, i]), f"row {b} token {i} changed when computed alone"
+    two = decode.decode_attention(q[1:, :2].contiguous(), kc[1:], vc[1:], positions[1:, :2].contiguous(), scale,
+                                  block_n=32, invariant=True)
+    assert torch.equal(two, full[1:, :2])
+
+
+def test_fast_attention_path_still_matches_reference():
+    g = _g(3)
+    q = torch.randn(2, 3, 4, 16, generator=g).to(DEVICE, DTYPE)
+    kc = torch.randn(2, 2, 200, 16, generator=g).to(DEVICE, DTYPE)
+    vc = torch.randn(2, 2, 200, 16, generator=g).to(DEVICE, DTYPE)
+    positions = (torch.tensor([10, 190])[:, None] + torch.arange(3)).to(DEVICE).clamp(max=199)
+    out = decode.decode_attention(q, kc, vc, positions.contiguous(), 0.25, num_splits=3, block_n=32)
+    torch.testing.assert_close(out, decode.decode_attention_ref(q, kc, vc, positions, 0.25), atol=2e-3, rtol=2e-3)
