@@ -92,10 +92,16 @@ class Engine:
         self.device = device
         self.want_hidden = proposer.pass_hidden_states_to_model
         self.hidden_layers = proposer.hidden_layers()
+        self.min_cache_len = 0  # see reserve()
 
     def cache_len(self, prompt_len: int) -> int:
         """Slots a row needs: prompt + new tokens + one full verify window past the last commit."""
         return prompt_len + self.max_new_tokens + self.proposer.k + 1
+
+    def reserve(self, max_prompt_len: int) -> None:
+        """Size every batch's caches for the longest prompt of the run, so caches (and the CUDA graphs
+        captured over them) are allocated once, by the warm-up, and never regrown while timing."""
+        self.min_cache_len = max(self.min_cache_len, self.cache_len(max_prompt_len))
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], on_step: Callable[[int], None] | None = None,
@@ -108,7 +114,7 @@ class Engine:
         bsz, k, dev = len(prompts), self.proposer.k, self.device
         plens = [len(p) for p in prompts]
         pmax = max(plens)
-        max_len = self.cache_len(pmax)
+        max_len = max(self.cache_len(pmax), self.min_cache_len)
         tokens = torch.zeros((bsz, max_len), dtype=torch.long, device=dev)
         for b, p in enumerate(prompts):
             tokens[b, : len(p)] = torch.tensor(p, dtype=torch.long)
@@ -144,6 +150,9 @@ class Engine:
             on_step(sum(1 for _ in prompts))
         timing = BatchTiming(prefill_s=ttft)
         steps = torch.arange(k + 1, device=dev)
+        # the host's per-row lengths and active flags go back to the device through one pinned buffer,
+        # copied without blocking the host (pageable torch.tensor(list) copies block on CUDA)
+        staging = torch.empty((2, bsz), dtype=torch.long, pin_memory=dev.type == "cuda")
 
         while any(active):
             clock.mark()
@@ -188,8 +197,10 @@ class Engine:
                 lengths_host[b] += len(new)
                 emitted_count += len(new)
                 self._maybe_finish(row, b, active, now)
-            state.lengths = torch.tensor(lengths_host, device=dev)
-            state.active = torch.tensor(active, device=dev)
+            staging[0] = torch.as_tensor(lengths_host)
+            staging[1] = torch.as_tensor(active)
+            on_device = staging.to(dev, non_blocking=True)
+            state.lengths, state.active = on_device[0], on_device[1].bool()
             state.target_hidden, state.target_layer_hidden, state.target_positions = out.hidden, out.layer_hidden, positions
             self.proposer.commit(state, verdict, accepted_host, old_lengths)
             timing.steps += 1

@@ -124,6 +124,7 @@ def results_table(results: Mapping[str, Any]) -> str:
     add("per-position acc.", lambda b: " ".join(_fmt(a) for a in b["per_position_acceptance"]) or "-")
     for key, label in (("ttft_ms", "TTFT ms"), ("tpot_ms", "TPOT ms"), ("itl_ms", "ITL ms"), ("output_tokens_per_s", "tokens/s")):
         add(f"{label} mean/med/p90", lambda b, key=key: "/".join(_fmt(b[key][s], 1) for s in ("mean", "median", "p90")))
+    add("decode tok/s, whole batch", lambda b: _fmt(b.get("decode_tokens_per_s_overall"), 1))
     add("time: draft/verify/other %", lambda b: "/".join(
         _fmt(100 * b["time_split"][f] / b["time_split"]["total_s"], 0) if b["time_split"]["total_s"] else "-"
         for f in ("draft_s", "verify_s", "other_s")))
@@ -134,6 +135,8 @@ def results_table(results: Mapping[str, Any]) -> str:
         sp = results["speedup"]
         out.append(f"speedup (baseline TPOT / strategy TPOT): {_fmt(sp['speedup'])}x "
                    f"(per prompt: median {_fmt(sp['per_prompt']['median'])}, p90 {_fmt(sp['per_prompt']['p90'])}, n={sp['per_prompt']['n']})")
+        if sp.get("whole_batch") is not None:
+            out.append(f"speedup in whole-batch decode tokens/s: {_fmt(sp['whole_batch'])}x")
     if results.get("exact_match"):
         em = results["exact_match"]
         out.append(f"T=0 output identical to target-only decoding: {em['equal']}/{em['n']} prompts")

@@ -91,7 +91,17 @@ def summarize(per_prompt: Sequence[dict[str, Any]], timings: Sequence[BatchTimin
             "steps": sum(t.steps for t in timings),
         }
         out["output_tokens_per_s_overall"] = out["output_tokens"] / total if total else None
+        # whole-batch decode throughput: tokens after each row's first (which the prefill emits) over the time
+        # after the prefill, every row of every batch counted together
+        decode_s = total - prefill
+        out["decode_tokens_per_s_overall"] = (out["output_tokens"] - len(per_prompt)) / decode_s if decode_s > 0 else None
     return out
+
+
+def throughput_speedup(baseline: dict[str, Any], strategy: dict[str, Any]) -> float | None:
+    """Whole-batch decode tokens/s of the strategy over the baseline's (summaries from `summarize`)."""
+    b, s = baseline.get("decode_tokens_per_s_overall"), strategy.get("decode_tokens_per_s_overall")
+    return s / b if b and s else None
 
 
 def speedup(baseline: Sequence[dict[str, Any]], strategy: Sequence[dict[str, Any]]) -> dict[str, Any]:

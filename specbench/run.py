@@ -7,6 +7,7 @@ atomically into the job's output directory, so an interrupted sweep keeps its fi
 
 from __future__ import annotations
 
+import inspect
 import os
 import platform
 import subprocess
@@ -25,10 +26,10 @@ from specbench.data.images import encode_mm_prompts, mm_images
 from specbench.engine import BatchTiming, Engine, RowResult
 from specbench.errors import ConfigError, unknown
 from specbench.logging import make_logger, results_table, write_json_atomic, write_jsonl_atomic
-from specbench.metrics import exact_match, prompt_metrics, speedup, summarize
+from specbench.metrics import exact_match, prompt_metrics, speedup, summarize, throughput_speedup
 from specbench.models.loading import DTYPES, LoadedModel, ModelSpec, load_model, resolve_spec, suggested_draft
 from specbench.models.multimodal import image_processor_for, make_vlm_aware_runner
-from specbench.models.cuda_graphs import cuda_graphs_default, maybe_graphed
+from specbench.models.cuda_graphs import cuda_graphs_default, graph_captures, maybe_graphed
 from specbench.models.runner import BACKENDS
 from specbench.strategies.base import BuildContext, Proposer, raise_if_vocab_too_large
 from specbench.strategies.none import TargetOnly
@@ -63,7 +64,9 @@ class _Plan:
     backend: str
     rule: Callable[..., Any] | None  # the acceptance rule for T > 0 (None = verify.rejection_sample)
     cuda_graphs: bool
+    batch_invariant: bool  # the decoder's batch-invariant kernels on CUDA (engine.batch_invariant)
     synthetic: dict[str, Any]  # verify.synthetic_*: empty = real, lossless acceptance
+    checkpoint: dict[str, Any] | None = None  # the drafter checkpoint's resolved files and weights hash (eagle, medusa)
 
     @property
     def lossless(self) -> bool:
@@ -102,6 +105,7 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
     c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     strategy_cfg = dict(c["strategy"])
     cls = _strategy_class(strategy_cfg)
+    raise_if_unknown_settings(cls, strategy_cfg)
     cls.validate(strategy_cfg)
     s = c.get("sampling") or {}
     sampling = SamplingParams(temperature=s.get("temperature", 0.0), top_k=s.get("top_k", 0),
@@ -136,22 +140,53 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
     backend = e.get("backend", "auto")
     if backend not in BACKENDS:
         raise unknown("engine.backend", backend, BACKENDS)
+    check_target = getattr(cls, "validate_for_target", None)  # the strategy's settings against the target's known sizes
+    if check_target is not None:
+        check_target(strategy_cfg, target, backend)
     max_new = c.get("max_new_tokens")
     if not isinstance(max_new, int) or max_new < 1:
         raise ConfigError(f"max_new_tokens={max_new!r}; allowed: an integer >= 1")
     max_len = c.get("max_model_len")
     if not isinstance(max_len, int) or max_len < 2:
         raise ConfigError(f"max_model_len={max_len!r}; allowed: an integer >= 2")
+    k = int(strategy_cfg.get("k") or 0)
+    for role, spec in (("target", target), ("draft", draft)):
+        limit = ((spec.known or {}).get("max_position_embeddings") if spec is not None else None)
+        if limit and max_new + k + 2 > limit:  # a prompt has at least one token
+            raise ConfigError(f"max_new_tokens={max_new} + strategy.k={k} + 1 (verify slot) + a prompt of at least one "
+                              f"token = {max_new + k + 2} positions exceeds max_position_embeddings={limit} "
+                              f"of {role} {spec.label!r}; lower max_new_tokens or strategy.k")
     rule = _acceptance_rule(device, e.get("triton_verify", "auto"))
     graphs_setting = e.get("cuda_graphs", "auto")
     if graphs_setting not in ("auto", True, False, None):
         raise unknown("engine.cuda_graphs", graphs_setting, ["auto", "true", "false"])
+    invariant = e.get("batch_invariant", True)
+    if not isinstance(invariant, bool):
+        raise unknown("engine.batch_invariant", invariant, ["true", "false"])
     synthetic = {key: v for key, v in (c.get("verify") or {}).items() if v is not None}
     if synthetic:
-        _check_synthetic(synthetic, int(strategy_cfg.get("k") or 0))
+        _check_synthetic(synthetic, k)
     prompts = load_prompts(c["dataset"])
+    record = getattr(cls, "checkpoint_record", None)  # eagle / medusa: the files the strategy will load
     return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], batch_size,
-                 max_new, max_len, backend, rule, cuda_graphs_default(graphs_setting, device), synthetic)
+                 max_new, max_len, backend, rule, cuda_graphs_default(graphs_setting, device), invariant, synthetic,
+                 record(strategy_cfg) if record is not None else None)
+
+
+def raise_if_unknown_settings(cls: type[Proposer], cfg: Mapping[str, Any]) -> None:
+    """Refuse strategy keys that no __init__ in the strategy's class hierarchy takes (`+strategy.kk=3`), before
+    any model loads; Proposer.__init__ would refuse them only after loading."""
+    allowed = {"_target_"}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        allowed.update(name for name, param in list(inspect.signature(init).parameters.items())[1:]
+                       if param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD) and name != "ctx")
+    extra = sorted(set(cfg) - allowed)
+    if extra:
+        raise ConfigError(f"unknown setting(s) {extra} for strategy {cfg.get('name')!r}; allowed: "
+                          f"{', '.join(sorted(allowed - {'_target_'}))}. Check the key's spelling (strategy.<key>=...)")
 
 
 def _check_synthetic(settings: dict[str, Any], k: int) -> None:
@@ -192,6 +227,23 @@ def _acceptance_rule(device: torch.device, setting: str | bool):
     return None
 
 
+def _warm_up(engines: Any, p: _Plan, token_ids: list[list[int]], mm_inputs: list[dict | None] | None) -> None:
+    """Untimed: allocate every cache at its final size, tune the GEMMs and capture every CUDA graph the
+    timed run will replay (each batch size it will use: the full batch and the last, smaller one), then
+    restart the drafts' random streams, so engine.warmup changes timings only, never tokens."""
+    n = len(token_ids)
+    starts = sorted({0, (n - 1) // p.batch_size * p.batch_size})  # the first batch, and the last (maybe smaller)
+    for engine in engines:
+        k = engine.proposer.k  # three steps even when every draft is accepted (draft catch-ups differ after step 1)
+        warm = Engine(engine.target, engine.proposer, p.verifier(), max_new_tokens=min(3 * (k + 1) + 1, p.max_new_tokens),
+                      eos_ids=set(), device=p.device)
+        warm.min_cache_len = engine.min_cache_len
+        for s in starts:
+            batch = slice(s, min(s + p.batch_size, n))
+            warm.generate(token_ids[batch], mm_inputs=mm_inputs[batch] if mm_inputs else None)
+        engine.proposer.reseed()
+
+
 def _decode(engine: Engine, prompts: list[list[int]], batch_size: int, desc: str,
             mm_inputs: list[dict | None] | None = None) -> tuple[list[RowResult], list[BatchTiming]]:
     rows: list[RowResult] = []
@@ -208,16 +260,30 @@ def _decode(engine: Engine, prompts: list[list[int]], batch_size: int, desc: str
     return rows, timings
 
 
+def project_commit() -> dict[str, Any]:
+    """specbench's own commit: {"git_sha", "git_dirty"} when the package sits in a git checkout of its own
+    (the checkout's top level holds specbench/), else git_sha None and a note why (an installed package, or
+    a copy inside another project's repository, whose commit says nothing about specbench)."""
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, cwd=root)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != root:
+        return {"git_sha": None, "git_note": f"specbench at {root} is not a git checkout of its own"}
+    return {"git_sha": git("rev-parse", "HEAD"), "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
 def _environment(device: torch.device) -> dict[str, Any]:
     import transformers
 
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).parent).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        sha = None
     env = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-           "platform": platform.platform(), "device": str(device), "cpu_count": os.cpu_count(), "git_sha": sha}
+           "platform": platform.platform(), "device": str(device), "cpu_count": os.cpu_count(), **project_commit()}
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
     else:
@@ -260,11 +326,13 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     else:
         token_ids = [encode_prompt(pr, target.tokenizer) for pr in p.prompts]
     k = int(p.strategy_cfg.get("k") or 0)
-    check_prompt_lengths(p.prompts, token_ids, p.max_model_len, p.max_new_tokens, extra=k + 1)
+    check_prompt_lengths(p.prompts, token_ids, p.max_model_len, p.max_new_tokens, extra=k + 1,
+                         model_limits=_position_limits(("target", target), ("draft", draft)))
 
-    target_runner = maybe_graphed(make_vlm_aware_runner(target.model, p.backend), p.cuda_graphs)
+    target_runner = maybe_graphed(make_vlm_aware_runner(target.model, p.backend, batch_invariant=p.batch_invariant),
+                                  p.cuda_graphs)
     ctx = BuildContext(target=target, target_runner=target_runner, draft=draft, sampling=p.sampling,
-                       device=p.device, backend=p.backend, cuda_graphs=p.cuda_graphs)
+                       device=p.device, backend=p.backend, cuda_graphs=p.cuda_graphs, batch_invariant=p.batch_invariant)
     options = {key: v for key, v in p.strategy_cfg.items() if key != "_target_"}
     proposer = p.strategy_cls(ctx, **options)
     eos = set() if (cfg.get("engine") or {}).get("ignore_eos", False) else _eos_ids(target)
@@ -276,11 +344,12 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     engines = {"strategy": engine_for(proposer)}
     if cfg.get("baseline", True) and not isinstance(proposer, TargetOnly):
         engines = {"baseline": engine_for(TargetOnly(ctx)), **engines}
+    longest = max(len(ids) for ids in token_ids)
+    for engine in engines.values():  # caches sized once for the whole run (graphs are captured over them)
+        engine.reserve(longest)
     if (cfg.get("engine") or {}).get("warmup", True):
-        for engine in engines.values():  # allocator, kernels and caches warm, untimed
-            Engine(engine.target, engine.proposer, p.verifier(), max_new_tokens=min(8, p.max_new_tokens),
-                   eos_ids=set(), device=p.device).generate(token_ids[: p.batch_size],
-                                                            mm_inputs=mm_inputs[: p.batch_size] if mm_inputs else None)
+        _warm_up(engines.values(), p, token_ids, mm_inputs)
+    captures_before = graph_captures()
 
     rows: dict[str, list[RowResult]] = {}
     summaries: dict[str, Any] = {}
@@ -292,17 +361,23 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
         summaries[side] = summarize(per_prompt[side], timings)
 
     results: dict[str, Any] = {
-        "run": {"strategy": p.strategy_cfg.get("name"), "k": k, "target": p.target.label,
-                "draft": p.draft.label if p.draft else None, "dataset": (cfg.get("dataset") or {}).get("name"),
+        "run": {"strategy": p.strategy_cfg.get("name"), "k": proposer.k, "target": p.target.label,
+                "draft": p.draft.label if p.draft else None, "target_files": _model_files(p.target),
+                "draft_files": _model_files(p.draft) if p.draft else None, "checkpoint": p.checkpoint,
+                "dataset": (cfg.get("dataset") or {}).get("name"),
                 "n_prompts": len(p.prompts), "max_new_tokens": p.max_new_tokens, "batch_size": p.batch_size,
                 "temperature": p.sampling.temperature, "top_k": p.sampling.top_k, "top_p": p.sampling.top_p,
                 "seed": p.sampling.seed, "dtype": str(p.dtype).removeprefix("torch."), "lossless": p.lossless,
-                "synthetic_acceptance": p.synthetic or None, "cuda_graphs": p.cuda_graphs},
+                "synthetic_acceptance": p.synthetic or None, "cuda_graphs": p.cuda_graphs,
+                "batch_invariant": p.batch_invariant,
+                "graph_captures_while_timing": graph_captures() - captures_before},
         "config": OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg),
         "environment": _environment(p.device),
         "baseline": summaries.get("baseline"),
         "strategy": summaries["strategy"],
-        "speedup": speedup(per_prompt["baseline"], per_prompt["strategy"]) if "baseline" in per_prompt else None,
+        "speedup": ({**speedup(per_prompt["baseline"], per_prompt["strategy"]),
+                     "whole_batch": throughput_speedup(summaries["baseline"], summaries["strategy"])}
+                    if "baseline" in per_prompt else None),
         "exact_match": (exact_match([r.output_ids for r in rows["baseline"]], [r.output_ids for r in rows["strategy"]])
                         if "baseline" in rows and p.sampling.greedy else None),
         "by_category": _by_category(p.prompts, per_prompt),
@@ -321,12 +396,36 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     write_jsonl_atomic(out_dir / "outputs.jsonl", outputs)
     write_json_atomic(out_dir / "results.json", results)  # last: its presence marks a finished job
 
-    logger = make_logger(cfg.get("logger") or {"name": "none"}, out_dir, results["config"], group, name)
+    # W&B's config holds the run's labels too (a model given by path is named by its path, as in results.json)
+    logger = make_logger(cfg.get("logger") or {"name": "none"}, out_dir, {**results["config"], "run": results["run"]},
+                         group, name)
     logger.log_results(results)
     logger.finish()
     print(results_table(results))
     print(f"results: {out_dir / 'results.json'}")
     return Report(results=results, outputs=outputs, output_dir=out_dir)
+
+
+def _position_limits(*models: tuple[str, LoadedModel | None]) -> list[tuple[str, int]]:
+    """("<role> '<label>'", max_position_embeddings) of each loaded model whose config says (a VLM's text config)."""
+    out = []
+    for role, m in models:
+        if m is None:
+            continue
+        config = m.model.config
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        limit = getattr(text, "max_position_embeddings", None)
+        if isinstance(limit, int) and limit > 0:
+            out.append((f"{role} {m.spec.label!r}", limit))
+    return out
+
+
+def _model_files(spec: ModelSpec) -> str | None:
+    """Where a model's weights came from: the resolved file or directory of a local / GGUF path, a hub id;
+    None for presets and random weights (their label says it all)."""
+    if spec.source in ("local", "gguf") and spec.path:
+        return str(Path(spec.path).expanduser().resolve())
+    return spec.path if spec.source == "hub" else None
 
 
 def _by_category(prompts: list[Prompt], per_prompt: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

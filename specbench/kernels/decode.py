@@ -124,22 +124,25 @@ if triton is not None:
 
     @triton.jit
     def _decode_attn_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, out_ptr, part_acc_ptr, part_ml_ptr,
-                            T, N, scale, kc_sb, kc_sh, kc_ss, vc_sb, vc_sh, vc_ss,
+                            T, N, scale, kc_sb, kc_sh, kc_ss, vc_sb, vc_sh, vc_ss, M_TILES,
                             HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr):
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, CHUNK: tl.constexpr):
         b = tl.program_id(0).to(tl.int64)
-        kvh = tl.program_id(1)
+        kvh = tl.program_id(1) // M_TILES
+        m = (tl.program_id(1) % M_TILES) * BLOCK_M + tl.arange(0, BLOCK_M)  # (token, head in group) pairs
         split = tl.program_id(2)
-        m = tl.arange(0, BLOCK_M)
         t = m // G
         g = m % G
         valid_m = t < T
         n_idx = b * T + t
         pos_m = tl.load(pos_ptr + n_idx, mask=valid_m, other=-1)
-        kv_len = tl.max(pos_m, axis=0) + 1  # this row's valid slots: 0..max position
+        kv_len = tl.max(pos_m, axis=0) + 1  # the slots this tile's queries can see: 0..max position
         if NUM_SPLITS == 1:
             lo = 0
             hi = kv_len
+        elif CHUNK > 0:  # batch-invariant: fixed boundaries, whatever the other queries are
+            lo = split * CHUNK
+            hi = tl.minimum(lo + CHUNK, kv_len)
         else:
             chunk = tl.cdiv(tl.cdiv(kv_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
             lo = split * chunk
@@ -152,6 +155,8 @@ if triton is not None:
         acc = tl.zeros([BLOCK_M, D], tl.float32)
         kbase = kc_ptr + b * kc_sb + kvh * kc_sh
         vbase = vc_ptr + b * vc_sb + kvh * vc_sh
+        # blocks past a query's own position are masked to exact no-ops (alpha = 1, p = 0), so a query's
+        # result does not depend on how far the other queries of its tile reach
         for start in range(lo, hi, BLOCK_N):
             s_idx = start + tl.arange(0, BLOCK_N)
             smask = s_idx < hi
@@ -171,25 +176,29 @@ if triton is not None:
             out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
             tl.store(out_ptr + (n_idx[:, None] * HQ + head[:, None]) * D + d[None, :],
                      out.to(out_ptr.dtype.element_ty), mask=valid_m[:, None])
-        else:
+        elif CHUNK == 0 or lo < hi:  # invariant mode: the combine reads only the chunks up to each query's position
             prow = (split * N + n_idx) * HQ + head  # [BLOCK_M]
             tl.store(part_acc_ptr + prow[:, None] * D + d[None, :], acc, mask=valid_m[:, None])
             tl.store(part_ml_ptr + prow * 2, m_i, mask=valid_m)
             tl.store(part_ml_ptr + prow * 2 + 1, l_i, mask=valid_m)
 
     @triton.jit
-    def _attn_combine_kernel(part_acc_ptr, part_ml_ptr, out_ptr, N,
-                             HQ: tl.constexpr, D: tl.constexpr, NUM_SPLITS: tl.constexpr):
+    def _attn_combine_kernel(part_acc_ptr, part_ml_ptr, pos_ptr, out_ptr, N,
+                             HQ: tl.constexpr, D: tl.constexpr, NUM_SPLITS: tl.constexpr, CHUNK: tl.constexpr):
         n = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)
         d = tl.arange(0, D)
-        mx = float("-inf")
-        for s in tl.static_range(NUM_SPLITS):
+        if CHUNK > 0:  # the chunks that hold slots 0..pos; later ones would add exact zeros
+            used = tl.load(pos_ptr + n) // CHUNK + 1
+        else:
+            used = NUM_SPLITS
+        mx = tl.full([], float("-inf"), tl.float32)
+        for s in range(0, used):
             mx = tl.maximum(mx, tl.load(part_ml_ptr + ((s * N + n) * HQ + h) * 2))
         mx = tl.where(mx == float("-inf"), 0.0, mx)
         acc = tl.zeros([D], tl.float32)
-        den = 0.0
-        for s in tl.static_range(NUM_SPLITS):
+        den = tl.zeros([], tl.float32)
+        for s in range(0, used):
             row = (s * N + n) * HQ + h
             w = tl.exp(tl.load(part_ml_ptr + row * 2) - mx)
             den += w * tl.load(part_ml_ptr + row * 2 + 1)
@@ -258,16 +267,34 @@ def attention_splits(batch: int, hkv: int, max_slots: int, device: torch.device)
     return int(max(1, min(16, want, -(-max_slots // 128))))
 
 
+INVARIANT_TILE_M = 16  # query rows per attention program in batch-invariant mode
+INVARIANT_MAX_SPLITS = 32
+
+
+def invariant_chunk(max_slots: int) -> int:
+    """Slots per split in batch-invariant mode: fixed by the cache's size alone, never by the queries."""
+    return max(128, triton.next_power_of_2(-(-max_slots // INVARIANT_MAX_SPLITS)))
+
+
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
-                     scale: float, num_splits: int | None = None, block_n: int = 64) -> torch.Tensor:
-    """The Triton twin of `decode_attention_ref`: q [B, T, hq, d] contiguous -> [B, T, hq, d]."""
+                     scale: float, num_splits: int | None = None, block_n: int = 64, invariant: bool = False) -> torch.Tensor:
+    """The Triton twin of `decode_attention_ref`: q [B, T, hq, d] contiguous -> [B, T, hq, d].
+
+    invariant=True: a query's result is bit-identical whatever the other queries (its own row's other
+    tokens, other rows, the batch size): query tiles of a fixed height, splits at fixed slot boundaries
+    (`invariant_chunk`), the same warps. Otherwise the split count and tile follow the shape, for speed."""
     _check(q.device)
     b, t, hq, d = q.shape
     hkv = k_cache.shape[1]
     g = hq // hkv
     assert q.is_contiguous() and positions.is_contiguous() and k_cache.stride(3) == 1 and v_cache.stride(3) == 1
-    block_m = max(16, triton.next_power_of_2(g * t))
-    ns = attention_splits(b, hkv, k_cache.shape[2], q.device) if num_splits is None else num_splits
+    if invariant:
+        block_m, chunk = INVARIANT_TILE_M, invariant_chunk(k_cache.shape[2])
+        m_tiles, ns, warps = -(-(g * t) // block_m), -(-k_cache.shape[2] // chunk), 4
+    else:
+        block_m, chunk, m_tiles = max(16, triton.next_power_of_2(g * t)), 0, 1
+        ns = attention_splits(b, hkv, k_cache.shape[2], q.device) if num_splits is None else num_splits
+        warps = 4 if block_m <= 32 else 8
     out = torch.empty_like(q)
     n = b * t
     if ns > 1:
@@ -275,12 +302,13 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         part_ml = torch.empty((ns, n, hq, 2), device=q.device, dtype=torch.float32)
     else:
         part_acc = part_ml = out
-    _decode_attn_kernel[(b, hkv, ns)](
+    _decode_attn_kernel[(b, hkv * m_tiles, ns)](
         q, k_cache, v_cache, positions, out, part_acc, part_ml, t, n, scale,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        HQ=hq, G=g, D=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=ns, num_warps=4 if block_m <= 32 else 8)
+        m_tiles, HQ=hq, G=g, D=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=ns, CHUNK=chunk, num_warps=warps)
     if ns > 1:
-        _attn_combine_kernel[(n, hq)](part_acc, part_ml, out, n, HQ=hq, D=d, NUM_SPLITS=ns, num_warps=1)
+        _attn_combine_kernel[(n, hq)](part_acc, part_ml, positions, out, n, HQ=hq, D=d, NUM_SPLITS=ns, CHUNK=chunk,
+                                      num_warps=1)
     return out
 
 

@@ -1,4 +1,4 @@
-"""Skinny GEMM for decode: y = x @ W^T with few rows (M <= 16 tokens), streaming W at full bandwidth.
+"""Skinny GEMM for decode: y = x @ W^T with few rows, streaming W at full bandwidth.
 
 cuBLAS picks poorly for M = 1..16 on the small matrices of a draft model: measured on the H200,
 Qwen3-0.6B's projections (4-13 MB each) ran at 1-1.6 TB/s, a third of the copy bandwidth, and
@@ -7,6 +7,15 @@ and BLOCK_K columns, multiplies the tile by all M rows of x at once (tl.dot on a
 optionally splits K into SPLIT parts for parallelism when N is small. With SPLIT > 1 it writes
 fp32 partial sums [SPLIT, M, N] that the consumer (`add_rmsnorm` in decode.py) adds in a fixed
 order: deterministic, and no extra reduction launch.
+
+Two entry points:
+- `skinny_linear` (fast): M <= 16 only (F.linear above), the configuration tuned per M bucket, so a
+  row's result may depend on how many rows share the launch.
+- `invariant_linear` (batch-invariant): any M, tiled by BLOCK_M = 16 rows (grid axis 0, fastest, so
+  the M tiles of one W tile run together and share it in L2); the configuration (BLOCK_N, BLOCK_K,
+  warps, stages, split) is chosen once per weight shape (N, K), never per M. Every output element is
+  then the same sequence of 16-row tensor-core instructions over the same K order whatever M is, so
+  a token's logits are bit-identical in a 1-token forward, a (K+1)-token verify or another batch.
 
 The launch configuration is chosen per (M bucket, N, K, split allowed) by timing a few candidates
 on the device the first time a shape is seen outside a CUDA-graph capture (one host sync, once);
@@ -27,10 +36,11 @@ if triton is not None:
     def _skinny_kernel(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, k_per_split,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        PARTIAL: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, SILU: tl.constexpr):
-        pid_n = tl.program_id(0)
-        pid_s = tl.program_id(1)
+        pid_m = tl.program_id(0)  # fastest: the M tiles of one W tile run side by side
+        pid_n = tl.program_id(1)
+        pid_s = tl.program_id(2)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        rm = tl.arange(0, BLOCK_M)
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rk = tl.arange(0, BLOCK_K)
         n_ok = rn < N
         m_ok = rm < M
@@ -46,9 +56,10 @@ if triton is not None:
                 xmask = m_ok[:, None] & k_ok[None, :]
                 wt = tl.load(w_ptr + rn[:, None].to(tl.int64) * stride_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :],
                              other=0.0)
-            xt = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=xmask, other=0.0)
+            xt = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + kk[None, :], mask=xmask, other=0.0)
             if SILU:  # x is [gate | up] (2K wide): the input is silu(gate) * up, rounded as torch's bf16 ops round
-                up = tl.load(x_ptr + rm[:, None] * stride_xm + K + kk[None, :], mask=xmask, other=0.0).to(tl.float32)
+                up = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + K + kk[None, :], mask=xmask,
+                             other=0.0).to(tl.float32)
                 gf = xt.to(tl.float32)
                 xt = ((gf / (1.0 + tl.exp(-gf))).to(wt.dtype).to(tl.float32) * up).to(wt.dtype)
             acc += tl.dot(xt, tl.trans(wt))
@@ -62,10 +73,11 @@ if triton is not None:
             tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
-MAX_M = 16
+MAX_M = 16  # skinny_linear's limit; invariant_linear takes any M in tiles of TILE_M
+TILE_M = 16
 # (BLOCK_N, BLOCK_K, num_warps, num_stages)
 _CANDIDATES = [(16, 256, 4, 4), (16, 512, 4, 3), (32, 256, 4, 4), (32, 512, 4, 3), (64, 256, 4, 3), (16, 1024, 4, 2)]
-_TUNED: dict[tuple, tuple] = {}  # (M bucket, N, K, may_split) -> (BLOCK_N, BLOCK_K, warps, stages, split)
+_TUNED: dict[tuple, tuple] = {}  # (M bucket or "inv", N, K, may_split, silu) -> (BLOCK_N, BLOCK_K, warps, stages, split)
 ENABLED = True  # a switch for A/B measurements
 FUSE_SILU = False  # silu(gate) * up in the down GEMM's prologue: measured SLOWER on the H200 (0.6B 1x1 1.32 vs 1.04 ms; 8B 6.96 vs 4.57 ms), off
 
@@ -98,7 +110,7 @@ def _heuristic(n: int, k: int, sms: int, may_split: bool) -> tuple:
     return (block_n, block_k, 4, 3, split)
 
 
-def _launch(x, w, bias, cfg, may_split, silu=False):
+def _launch(x, w, bias, cfg, may_split, silu=False, block_m=TILE_M):
     m = x.shape[0]
     n, k = w.shape
     block_n, block_k, warps, stages, split = cfg
@@ -107,9 +119,9 @@ def _launch(x, w, bias, cfg, may_split, silu=False):
         out = torch.empty((split, m, n), device=x.device, dtype=torch.float32)
     else:
         out = torch.empty((m, n), device=x.device, dtype=x.dtype)
-    _skinny_kernel[(triton.cdiv(n, block_n), split)](
+    _skinny_kernel[(triton.cdiv(m, block_m), triton.cdiv(n, block_n), split)](
         x, w, bias if bias is not None else w, out, m, n, k, x.stride(0), w.stride(0), k_per,
-        BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, PARTIAL=split > 1, HAS_BIAS=bias is not None,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PARTIAL=split > 1, HAS_BIAS=bias is not None,
         EVEN_K=k % block_k == 0 and k_per % block_k == 0, SILU=silu, num_warps=warps, num_stages=stages)
     return out
 
@@ -147,12 +159,27 @@ def _tune(x, w, bias, may_split, silu=False) -> tuple:
     return best or _heuristic(n, k, sms, may_split)
 
 
-def usable(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether `skinny_linear` takes this product (else F.linear)."""
+def usable(x: torch.Tensor, w: torch.Tensor, max_m: int | None = MAX_M) -> bool:
+    """Whether `skinny_linear` (max_m=MAX_M) or `invariant_linear` (max_m=None) takes this product (else F.linear)."""
     # float32 on CUDA stays with cuBLAS: tl.dot would round its inputs to tf32
-    return (ENABLED and x.dim() == 2 and x.shape[0] <= MAX_M and triton_available(x.device)
+    return (ENABLED and x.dim() == 2 and (max_m is None or x.shape[0] <= max_m) and triton_available(x.device)
             and x.stride(1) == 1 and w.stride(1) == 1 and x.dtype == w.dtype
             and (x.dtype in (torch.bfloat16, torch.float16) or _INTERPRETED))
+
+
+def _config(key: tuple, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, silu: bool) -> tuple:
+    """The launch configuration for `key`, tuned on the device the first time it is seen outside a
+    CUDA-graph capture (a heuristic inside one, or in the interpreter), then fixed for the process."""
+    cfg = _TUNED.get(key)
+    if cfg is None:
+        may_split = key[3]
+        capturing = x.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if x.device.type == "cuda" and not capturing and not _INTERPRETED:
+            cfg = _tune(x, w, bias, may_split, silu)
+        else:
+            cfg = _heuristic(w.shape[0], w.shape[1], _sms(x.device), may_split)
+        _TUNED[key] = cfg
+    return cfg
 
 
 def skinny_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, may_split: bool = False,
@@ -167,16 +194,31 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = 
         silu = False
     if not usable(x, w):
         return F.linear(x, w, bias)
-    m = x.shape[0]
-    key = (_m_bucket(m), w.shape[0], w.shape[1], may_split and bias is None, silu)
-    cfg = config or _TUNED.get(key)
-    if cfg is None:
-        capturing = x.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-        if x.device.type == "cuda" and not capturing and not _INTERPRETED:
-            cfg = _tune(x, w, bias, key[3], silu)
-        else:
-            cfg = _heuristic(w.shape[0], w.shape[1], _sms(x.device), key[3])
-        _TUNED[key] = cfg
+    key = (_m_bucket(x.shape[0]), w.shape[0], w.shape[1], may_split and bias is None, silu)
+    cfg = config or _config(key, x, w, bias, silu)
+    return _launch(x, w, bias, cfg, key[3], silu)
+
+
+def invariant_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, may_split: bool = False,
+                     config: tuple | None = None, silu: bool = False) -> torch.Tensor:
+    """`skinny_linear` for any number of rows, batch-invariant: row i of the result does not depend on
+    the other rows or on M (one configuration per weight shape, tuned on 16 rows; see the module
+    docstring). Same outputs and partials contract as `skinny_linear`."""
+    if silu and not (FUSE_SILU and usable(x, w, None)):
+        from specbench.kernels.decode import silu_mul, silu_mul_ref
+
+        x = silu_mul(x) if triton_available(x.device) and x.is_contiguous() else silu_mul_ref(x)
+        silu = False
+    if not usable(x, w, None):
+        return F.linear(x, w, bias)
+    key = ("inv", w.shape[0], w.shape[1], may_split and bias is None, silu)
+    if config is None and key not in _TUNED:  # tuned on TILE_M rows of noise, whatever this call's M
+        probe = x
+        if x.device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
+            gen = torch.Generator(device=x.device).manual_seed(0)  # not the global stream the samplers may use
+            probe = torch.randn((TILE_M, x.shape[1]), device=x.device, dtype=x.dtype, generator=gen)
+        _config(key, probe, w, bias, silu)
+    cfg = config or _TUNED[key]
     return _launch(x, w, bias, cfg, key[3], silu)
 
 

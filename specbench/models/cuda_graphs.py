@@ -29,6 +29,14 @@ BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 1
 SLOT_ROUND = 128  # cache slots are allocated in multiples of this (+1 scratch slot), so batches reuse graphs
 
 
+_CAPTURES = 0  # graphs captured in this process, by every GraphedRunner
+
+
+def graph_captures() -> int:
+    """How many CUDA graphs this process has captured so far (run() reports those captured while timing)."""
+    return _CAPTURES
+
+
 def bucket(batch_size: int, buckets: tuple[int, ...] = BATCH_BUCKETS) -> int:
     for b in buckets:
         if b >= batch_size:
@@ -97,7 +105,13 @@ class GraphedRunner:
             return
         rows = max(rows, self.rows)
         slots = max(-(-(max_len + 1) // SLOT_ROUND) * SLOT_ROUND, self.max_len)
-        self.graphs.clear()  # they point at the old cache
+        if self.graphs and self.capture:
+            torch.cuda.synchronize(self.device)  # no replay may still be reading what is freed below
+        # the graphs point at the old cache: drop them AND their memory pool. Capturing into the pool of
+        # graphs that no longer exist trips the caching allocator (use_count assert, issue 9), and a
+        # failed capture leaves the RNG in capture mode for every later job of the process.
+        self.graphs.clear()
+        self.pool = None
         self.runner.allocate(rows, slots)
 
     def __call__(self, *args: Any, **kwargs: Any) -> ForwardOutput:
@@ -158,6 +172,8 @@ class GraphedRunner:
                 self.pool = graph.pool()
             g.graph = graph
             self.captures += 1
+            global _CAPTURES
+            _CAPTURES += 1
         self.graphs[key] = g
         return g
 

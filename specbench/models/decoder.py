@@ -86,10 +86,16 @@ class DecoderRunner(nn.Module):
 
     `num_layers` < the model's depth gives a shallower model sharing the same weights (the
     layer-skip draft); it then has its own, smaller cache. `use_kernels`: None = the Triton kernels
-    on CUDA when triton imports, else the torch path; True/False forces it.
+    on CUDA when triton imports, else the torch path; True/False forces it. `batch_invariant` (kernel
+    path): every forward of up to DECODE_KERNEL_MAX_T tokens per row, the LM head included, runs on
+    kernels whose per-token result does not depend on the number of rows or tokens in the call
+    (`skinny_gemm.invariant_linear`, `decode_attention(invariant=True)`), so a token's logits are
+    bit-identical alone, inside a verify forward or at another batch size. Larger forwards (prefill)
+    run on cuBLAS and SDPA either way. The torch path (CPU) is unaffected.
     """
 
-    def __init__(self, hf_model: nn.Module, num_layers: int | None = None, use_kernels: bool | None = None) -> None:
+    def __init__(self, hf_model: nn.Module, num_layers: int | None = None, use_kernels: bool | None = None,
+                 batch_invariant: bool = True) -> None:
         super().__init__()
         cfg = hf_model.config
         if cfg.model_type not in SUPPORTED_ARCHS:
@@ -112,6 +118,7 @@ class DecoderRunner(nn.Module):
         self.qk_norm = SUPPORTED_ARCHS[cfg.model_type]
         self.scaling = self.head_dim**-0.5
         self.use_kernels = use_kernels
+        self.batch_invariant = batch_invariant
         self.k_cache: torch.Tensor | None = None  # [L, B, Hkv, S, D]
         self.v_cache: torch.Tensor | None = None
         self.rope_cos: torch.Tensor | None = None  # [S, D] in the model dtype, transformers' own values
@@ -194,9 +201,10 @@ class DecoderRunner(nn.Module):
         return self._forward_torch(tokens, positions, attn_len, logits_at, want_hidden, hidden_layers)
 
     def _head(self, x: torch.Tensor, logits_at: torch.Tensor | None, want_hidden: bool,
-              layer_hidden: list[torch.Tensor]) -> ForwardOutput:
+              layer_hidden: list[torch.Tensor], linear=_linear) -> ForwardOutput:
         out_x = x if logits_at is None else x.gather(1, logits_at[..., None].expand(-1, -1, x.shape[-1]))
-        logits = _linear(out_x, self.lm_head.weight, self.lm_head.bias).float().contiguous()
+        rows = out_x.reshape(-1, out_x.shape[-1])
+        logits = linear(rows, self.lm_head.weight, self.lm_head.bias).view(*out_x.shape[:-1], -1).float().contiguous()
         return ForwardOutput(logits=logits, hidden=x if want_hidden else None, layer_hidden=layer_hidden)
 
     def _forward_torch(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers) -> ForwardOutput:
@@ -239,17 +247,18 @@ class DecoderRunner(nn.Module):
 
     def _forward_kernels(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers) -> ForwardOutput:
         from specbench.kernels import decode as K
-        from specbench.kernels.skinny_gemm import skinny_linear as lin
-        from specbench.kernels.skinny_gemm import sum_partials
+        from specbench.kernels.skinny_gemm import invariant_linear, skinny_linear, sum_partials
 
         bsz, t = tokens.shape
         n = bsz * t
+        small = t <= DECODE_KERNEL_MAX_T
+        invariant = self.batch_invariant and small
+        lin = invariant_linear if invariant else skinny_linear
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         pos = positions.reshape(n).contiguous()
         x = F.embedding(tokens.reshape(n), self.embed.weight)  # [N, H]
         pending: torch.Tensor | None = None  # the last sublayer's output, not yet added to x
         layer_hidden: list[torch.Tensor] = []
-        small = t <= DECODE_KERNEL_MAX_T
         if not small:
             s = self.max_len if attn_len is None else attn_len
             mask = torch.arange(s, device=tokens.device)[None, None, None, :] <= positions[:, None, :, None]
@@ -261,7 +270,8 @@ class DecoderRunner(nn.Module):
             eps = attn.q_norm.variance_epsilon if self.qk_norm else 0.0
             q = K.qkv_rope_cache(qkv, pos, bsz, self.rope_cos, self.rope_sin, w["qk_w"], eps, kc, vc, hq, hkv, d)
             if small:
-                o = K.decode_attention(q.view(bsz, t, hq, d), kc, vc, positions.contiguous(), self.scaling)
+                o = K.decode_attention(q.view(bsz, t, hq, d), kc, vc, positions.contiguous(), self.scaling,
+                                       invariant=invariant)
             else:
                 o = F.scaled_dot_product_attention(q.view(bsz, t, hq, d).transpose(1, 2), kc[:bsz, :, :s], vc[:bsz, :, :s],
                                                    attn_mask=mask, scale=self.scaling, enable_gqa=True).transpose(1, 2)
@@ -275,7 +285,7 @@ class DecoderRunner(nn.Module):
                 x, pending = x + sum_partials(pending, x.dtype), None
                 layer_hidden.append(x.view(bsz, t, -1))
         _, x = K.add_rmsnorm(x, pending, self.norm.weight, self.norm.variance_epsilon)
-        return self._head(x.view(bsz, t, -1), logits_at, want_hidden, layer_hidden)
+        return self._head(x.view(bsz, t, -1), logits_at, want_hidden, layer_hidden, lin if invariant else _linear)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

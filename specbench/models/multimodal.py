@@ -53,11 +53,11 @@ def raise_if_unsupported_vlm(config: Any) -> None:
         )
 
 
-def make_vlm_aware_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None
-                          ) -> VLMRunner | DecoderRunner | TransformersRunner:
+def make_vlm_aware_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None,
+                          batch_invariant: bool = True) -> VLMRunner | DecoderRunner | TransformersRunner:
     """VLMRunner when the model's own config is a VLM, else `runner.make_runner` (our decoder or transformers)."""
     if not is_multimodal(hf_model.config):
-        return make_runner(hf_model, backend, num_layers)
+        return make_runner(hf_model, backend, num_layers, batch_invariant=batch_invariant)
     raise_if_unsupported_vlm(hf_model.config)
     if backend not in BACKENDS:
         raise unknown("engine.backend", backend, BACKENDS)
@@ -93,13 +93,13 @@ class OutOfVocabGuard:
 
 
 def make_draft_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None,
-                      graphs: bool = False) -> OutOfVocabGuard:
+                      graphs: bool = False, batch_invariant: bool = True) -> OutOfVocabGuard:
     """The draft's runner, chosen from the DRAFT's own config (under CUDA graphs when `graphs` and it is
     our decoder), guarded against target-only ids."""
     from specbench.models.cuda_graphs import maybe_graphed
 
     pad = getattr(getattr(hf_model.config, "text_config", hf_model.config), "pad_token_id", None)
-    runner = maybe_graphed(make_vlm_aware_runner(hf_model, backend, num_layers), graphs)
+    runner = maybe_graphed(make_vlm_aware_runner(hf_model, backend, num_layers, batch_invariant), graphs)
     return OutOfVocabGuard(runner, pad if isinstance(pad, int) and 0 <= pad < runner.vocab_size else 0)
 
 

@@ -67,8 +67,10 @@ class TransformersRunner(nn.Module):
         return ForwardOutput(logits=logits, hidden=hidden, layer_hidden=layer_hidden or [])
 
 
-def make_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None) -> DecoderRunner | TransformersRunner:
-    """Our decoder where it covers the architecture (backend auto/native), else transformers' forward."""
+def make_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None,
+                batch_invariant: bool = True) -> DecoderRunner | TransformersRunner:
+    """Our decoder where it covers the architecture (backend auto/native), else transformers' forward.
+    `batch_invariant` selects our decoder's batch-invariant kernels on CUDA (DecoderRunner)."""
     if backend not in BACKENDS:
         raise unknown("engine.backend", backend, BACKENDS)
     native = hf_model.config.model_type in SUPPORTED_ARCHS
@@ -77,4 +79,4 @@ def make_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | No
                       hint="use engine.backend=auto or transformers")
     if backend == "transformers" or not native:
         return TransformersRunner(hf_model, num_layers)
-    return DecoderRunner(hf_model, num_layers)
+    return DecoderRunner(hf_model, num_layers, batch_invariant=batch_invariant)

@@ -40,6 +40,7 @@ class BuildContext:
     device: torch.device
     backend: str = "auto"
     cuda_graphs: bool = False  # wrap the strategy's own forwards in CUDA graphs (models.cuda_graphs.maybe_graphed)
+    batch_invariant: bool = True  # the strategy's own decoder runners use the batch-invariant kernels (CUDA)
 
 
 @dataclass
@@ -89,6 +90,14 @@ class Proposer(ABC):
         self.k = k
         self.name = name
         self.sampling = ctx.sampling
+        # the draft's own noise, independent of the verifier's (seed + 1); reseed() restarts it
+        self.generator = torch.Generator(device=ctx.device)
+        self.reseed()
+
+    def reseed(self) -> None:
+        """Restart the draft's random stream. run() calls it after the untimed warm-up, so that
+        engine.warmup never changes sampled tokens."""
+        self.generator.manual_seed(self.sampling.seed + 1)
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:

@@ -30,14 +30,18 @@ class DraftModelProposer(Proposer):
         raise_if_vocab_too_large(ctx.draft.vocab_size, ctx.target.vocab_size, ctx.draft.spec.label, ctx.target.spec.label)
         raise_if_tokenizers_disagree(ctx.draft.tokenizer, ctx.target.tokenizer, ctx.draft.spec.label, ctx.target.spec.label)
         # chosen from the DRAFT's own config: a VLM draft gets images (begin_batch), a text draft plain positions
-        self._use_runner(ctx, make_draft_runner(ctx.draft.model, ctx.backend, graphs=ctx.cuda_graphs))
+        self._use_runner(ctx, make_draft_runner(ctx.draft.model, ctx.backend, graphs=ctx.cuda_graphs,
+                                                 batch_invariant=ctx.batch_invariant))
 
     def _use_runner(self, ctx: BuildContext, runner: Any) -> None:
         """The drafting state around `runner` (layer_skip reuses all of it with the target's first layers)."""
         self.runner = runner
         self.device = ctx.device
-        self.generator = torch.Generator(device=ctx.device)
-        self.generator.manual_seed(ctx.sampling.seed + 1)  # the draft's noise is independent of the verifier's
+        # under captured graphs every catch-up after the first step feeds 2 tokens (one graph shape, warmed
+        # before timing). Re-feeding a token the draft already wrote in an earlier decode step rewrites its
+        # cache entry bit for bit (batch-invariant kernels); the prompt's own entries (written by the
+        # prefill, on other kernels) are never re-fed, so the first step keeps its single token.
+        self.fixed_catch_up = ctx.cuda_graphs and ctx.device.type == "cuda"
         self.seen: list[int] = []  # per row: committed tokens the draft has processed (positions < seen)
 
     def start(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
@@ -55,6 +59,8 @@ class DraftModelProposer(Proposer):
         # 1) catch up: feed the last T committed tokens, T = the most any row has not seen; rows that
         #    saw more re-feed tokens at their own positions, which rewrites identical cache entries
         t = max(1, *(length - seen for length, seen in zip(state.lengths_host, self.seen)))
+        if self.fixed_catch_up and all(n - 2 >= p for n, p in zip(state.lengths_host, state.prompt_lengths)):
+            t = 2
         positions = state.lengths[:, None] - t + torch.arange(t, device=self.device)  # [B, T]
         inputs = state.tokens.gather(1, positions)
         attn_len = max(state.lengths_host) + self.k

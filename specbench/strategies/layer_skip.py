@@ -68,7 +68,8 @@ class LayerSkipProposer(DraftModelProposer):
         raise_if_no_native_decoder(hf.config.model_type, ctx.backend)
         self.num_layers = resolve_num_layers(num_layers, hf.config.num_hidden_layers)
         # shares the target's weights; its own L-layer cache
-        self._use_runner(ctx, maybe_graphed(make_runner(hf, ctx.backend, num_layers=self.num_layers), ctx.cuda_graphs))
+        self._use_runner(ctx, maybe_graphed(make_runner(hf, ctx.backend, num_layers=self.num_layers,
+                                                          batch_invariant=ctx.batch_invariant), ctx.cuda_graphs))
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:
@@ -77,3 +78,13 @@ class LayerSkipProposer(DraftModelProposer):
         if layers is not None and (not _is_int(layers) or layers < 1):
             raise ConfigError(f"strategy.num_layers={layers!r} for strategy 'layer_skip'; allowed: an integer >= 1 "
                               f"and below the target's depth, or null for half the target's layers")
+
+    @classmethod
+    def validate_for_target(cls, cfg: Mapping[str, Any], target: Any, backend: str) -> None:
+        """num_layers and the decoder against the target's architecture when it is known before loading
+        (a preset, a local directory's config.json); run.plan calls it."""
+        known = getattr(target, "known", None) or {}
+        if known.get("model_type"):
+            raise_if_no_native_decoder(known["model_type"], backend)
+        if known.get("num_hidden_layers"):
+            resolve_num_layers(cfg.get("num_layers"), known["num_hidden_layers"])

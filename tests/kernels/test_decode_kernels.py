@@ -10,6 +10,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
+pytestmark = pytest.mark.gpu  # part of the GPU suite: compiled and exact there, interpreted here
 
 from specbench.kernels import decode  # noqa: E402
 
@@ -66,7 +67,8 @@ def test_decode_attention(t, splits):
     positions = (starts[:, None] + torch.arange(t)).to(DEVICE)
     out = decode.decode_attention(q, kc, vc, positions, d**-0.5, num_splits=splits, block_n=32)
     ref = decode.decode_attention_ref(q, kc, vc, positions, d**-0.5)
-    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+    # compiled on a GPU, tl.dot rounds fp32 inputs to tf32 (the decoder runs bf16 there); exact in the interpreter
+    torch.testing.assert_close(out, ref, **(dict(atol=5e-3, rtol=5e-3) if _COMPILED else dict(atol=2e-5, rtol=1e-4)))
 
 
 def test_silu_mul():
@@ -89,11 +91,12 @@ def test_decoder_kernel_path_equals_torch_path(arch):
     lengths = [7, 4]
     pos = torch.arange(7, device=DEVICE).expand(2, 7)
     outs = [r(seq[:, :7], pos, attn_len=7, want_hidden=True, hidden_layers=(0,)) for r in (ref, fast)]
-    torch.testing.assert_close(outs[1].logits, outs[0].logits, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(outs[1].layer_hidden[0], outs[0].layer_hidden[0], atol=1e-5, rtol=1e-4)
+    tol = dict(atol=2e-3, rtol=2e-3) if _COMPILED else dict(atol=1e-4, rtol=1e-4)  # tf32 attention when compiled
+    torch.testing.assert_close(outs[1].logits, outs[0].logits, **tol)
+    torch.testing.assert_close(outs[1].layer_hidden[0], outs[0].layer_hidden[0], **(tol if _COMPILED else dict(atol=1e-5, rtol=1e-4)))
     for t in (1, 3, 2):
         positions = torch.tensor(lengths, device=DEVICE)[:, None] + torch.arange(t, device=DEVICE)
         tokens = seq.gather(1, positions)
         outs = [r(tokens, positions, attn_len=max(lengths) + t) for r in (ref, fast)]
-        torch.testing.assert_close(outs[1].logits, outs[0].logits, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(outs[1].logits, outs[0].logits, **tol)
         lengths = [n + t for n in lengths]

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
+pytestmark = pytest.mark.gpu  # part of the GPU suite: compiled and exact there, interpreted here
 
 from specbench import verify  # noqa: E402
 from specbench.kernels import rejection  # noqa: E402

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 pytest.importorskip("triton")
+pytestmark = pytest.mark.gpu  # part of the GPU suite: compiled and exact there, interpreted here
 
 from specbench.kernels import decode, skinny_gemm  # noqa: E402
 

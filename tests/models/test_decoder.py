@@ -87,7 +87,9 @@ def test_fewer_rows_than_the_cache():
 @pytest.mark.slow
 def test_decoder_matches_transformers_smollm2(smollm2):
     _check_runner_against_hf(smollm2.model, DecoderRunner(smollm2.model), smollm2.model.config.vocab_size,
-                             lens=(12, 7), steps=(1, 4), atol=1e-4)  # 30 layers, logits up to ~20: fp32 GEMM order
+                             lens=(12, 7), steps=(1, 4), atol=1e-3)
+    # 30 layers, logits up to ~20: fp32 sums differ with the thread count (1.7e-4 seen at 2 threads, against
+    # <1e-4 at 1), so logits get 1e-3; exactness is asserted where it belongs, on tokens (greedy equality tests)
 
 
 def test_cpu_linear_equals_f_linear_for_every_row_count():
