@@ -379,7 +379,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
                      "whole_batch": throughput_speedup(summaries["baseline"], summaries["strategy"])}
                     if "baseline" in per_prompt else None),
         "exact_match": (exact_match([r.output_ids for r in rows["baseline"]], [r.output_ids for r in rows["strategy"]])
-                        if "baseline" in rows and p.sampling.greedy else None),
+                        if "baseline" in rows and p.sampling.greedy and p.lossless else None),
         "by_category": _by_category(p.prompts, per_prompt),
     }
     outputs = []

@@ -11,11 +11,12 @@ order: deterministic, and no extra reduction launch.
 Two entry points:
 - `skinny_linear` (fast): M <= 16 only (F.linear above), the configuration tuned per M bucket, so a
   row's result may depend on how many rows share the launch.
-- `invariant_linear` (batch-invariant): any M, tiled by BLOCK_M = 16 rows (grid axis 0, fastest, so
+- `invariant_linear` (batch-invariant): any M, in tiles of 16, 32 or 64 rows (grid axis 0, fastest, so
   the M tiles of one W tile run together and share it in L2); the configuration (BLOCK_N, BLOCK_K,
   warps, stages, split) is chosen once per weight shape (N, K), never per M. Every output element is
-  then the same sequence of 16-row tensor-core instructions over the same K order whatever M is, so
-  a token's logits are bit-identical in a 1-token forward, a (K+1)-token verify or another batch.
+  then the same K-ordered sum whatever M is (the tile height does not change it: measured, see
+  `invariant_block_m`), so a token's logits are bit-identical in a 1-token forward, a (K+1)-token
+  verify or another batch.
 
 The launch configuration is chosen per (M bucket, N, K, split allowed) by timing a few candidates
 on the device the first time a shape is seen outside a CUDA-graph capture (one host sync, once);
@@ -219,7 +220,15 @@ def invariant_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
             probe = torch.randn((TILE_M, x.shape[1]), device=x.device, dtype=x.dtype, generator=gen)
         _config(key, probe, w, bias, silu)
     cfg = config or _TUNED[key]
-    return _launch(x, w, bias, cfg, key[3], silu)
+    return _launch(x, w, bias, cfg, key[3], silu, block_m=invariant_block_m(x.shape[0]))
+
+
+def invariant_block_m(m: int) -> int:
+    """invariant_linear's tile height for M rows. Measured on the H200 (experiments/gpu/probe_gemm-run1.txt):
+    with the same (BLOCK_N, BLOCK_K, warps, stages, split), tiles of 16, 32 and 64 rows give bit-identical rows
+    (16-row mma.sync and 64-row wgmma alike) and 64-row tiles stream W 2-4x less often at M = 256; so the
+    height may follow M without breaking invariance (tests/gpu checks it on every run)."""
+    return 16 if m <= 16 else (32 if m <= 32 else 64)
 
 
 def sum_partials(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -90,7 +90,8 @@ def test_logits_are_batch_invariant_8b():
         pmax = int(plen.max())
         pos = torch.arange(pmax, device="cuda").expand(rows, pmax)
         for c in range(0, pmax, 16):  # prefill in chunks of <= 16 tokens: the invariant kernels, so the cache
-            runner(seqs[:rows, c : c + 16], pos[:, c : c + 16].contiguous(), attn_len=min(pmax, c + 16))  # is too
+            e = min(pmax, c + 16)
+            runner(seqs[:rows, c:e], pos[:, c:e].contiguous(), attn_len=e)  # is batch-invariant too
         positions = plen[:, None] + torch.arange(steps, device="cuda")  # [rows, 4]
         if verify:
             return runner(seqs[:rows].gather(1, positions), positions, attn_len=pmax + steps).logits.clone()
