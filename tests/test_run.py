@@ -171,3 +171,14 @@ def test_same_seed_and_batch_size_give_the_same_sampled_tokens(tmp_path: Path):
     a = run(cfg(*c, f"+output_dir={tmp_path / 'a'}")).outputs
     b = run(cfg(*c, f"+output_dir={tmp_path / 'b'}")).outputs
     assert [o["output_token_ids"] for o in a] == [o["output_token_ids"] for o in b]
+
+
+def test_warmup_never_changes_sampled_tokens(tmp_path: Path):
+    """engine.warmup is a timing setting: at T=1 with the same seed the tokens are the same with and without
+    it. A self-draft accepts every draft, so its output IS the draft's samples: a warm-up that consumed the
+    draft's random stream (as it did before reseed()) changes every row."""
+    c = [*TINY, "draft=self", "strategy.k=2", "sampling.temperature=1", "engine.batch_size=2", "dataset.num_prompts=3"]
+    on = run(cfg(*c, "engine.warmup=true", f"+output_dir={tmp_path / 'on'}")).outputs
+    off = run(cfg(*c, "engine.warmup=false", f"+output_dir={tmp_path / 'off'}")).outputs
+    assert [o["output_token_ids"] for o in on] == [o["output_token_ids"] for o in off]
+    assert [o["baseline_output_token_ids"] for o in on] == [o["baseline_output_token_ids"] for o in off]
