@@ -169,3 +169,18 @@ def raise_if_head_does_not_fit(kind: str, path: str | Path, cfg: Any, tc: Any, t
         raise ConfigError(f"{kind} checkpoint {str(path)!r} was trained for hidden size {cfg.hidden_size}, vocab "
                           f"{cfg.vocab_size} (target {cfg.target!r}); target {target_label!r} has {tc.hidden_size}, "
                           f"{tc.vocab_size}. {TRAIN_HINT.format(kind=kind)}")
+
+
+def load_head(head: torch.nn.Module, weights: Path, path: str | Path, kind: str, target_model: torch.nn.Module) -> Any:
+    """Fill a drafter `head` from `weights`, frozen, on the target's device and dtype; a ConfigError naming the
+    checkpoint when its tensors do not match its config.json."""
+    try:
+        missing, unexpected = head.load_state_dict(read_weights(weights), strict=False)
+    except RuntimeError as e:  # a tensor of another shape than its config.json says
+        raise ConfigError(f"{kind} checkpoint {str(path)!r} ({weights}) does not match its config.json: "
+                          f"{str(e).splitlines()[-1].strip()[:300]}") from None
+    if missing or unexpected:
+        raise ConfigError(f"{kind} checkpoint {str(path)!r} does not match its config: missing {missing[:4]}, "
+                          f"unexpected {unexpected[:4]}")
+    emb = target_model.get_input_embeddings().weight
+    return head.to(device=emb.device, dtype=emb.dtype).eval().requires_grad_(False)

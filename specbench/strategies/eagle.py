@@ -35,7 +35,7 @@ from torch import nn
 from specbench.errors import ConfigError
 from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
 from specbench.strategies.checkpoints import (check_weights, checkpoint_files, checkpoint_record, raise_if_head_does_not_fit,
-                                              raise_if_head_does_not_fit_preset, read_checkpoint_config, read_weights)
+                                              load_head, raise_if_head_does_not_fit_preset, read_checkpoint_config)
 from specbench.verify import logits_to_probs, sample_from
 
 
@@ -202,17 +202,7 @@ def load_eagle_head(path: str | Path, target_model: nn.Module, target_label: str
     tc = target_model.config
     raise_if_head_does_not_fit("eagle", path, cfg, tc, target_label)
     raise_if_fuse_layers_out_of_range(cfg, tc.num_hidden_layers, target_label)
-    head = EagleHead(cfg, target_model)
-    try:
-        missing, unexpected = head.load_state_dict(read_weights(weights), strict=False)
-    except RuntimeError as e:  # a tensor of another shape than its config.json says
-        raise ConfigError(f"eagle checkpoint {str(path)!r} ({weights}) does not match its config.json: "
-                          f"{str(e).splitlines()[-1].strip()[:300]}") from None
-    if missing or unexpected:
-        raise ConfigError(f"eagle checkpoint {str(path)!r} does not match its config: missing {missing[:4]}, "
-                          f"unexpected {unexpected[:4]}")
-    emb = target_model.get_input_embeddings().weight
-    return head.to(device=emb.device, dtype=emb.dtype).eval().requires_grad_(False)
+    return load_head(EagleHead(cfg, target_model), weights, path, "eagle", target_model)
 
 
 def raise_if_fuse_layers_differ(fuse_layers: list[int] | None, trained: list[int] | None, checkpoint: Any) -> None:

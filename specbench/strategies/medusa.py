@@ -26,7 +26,7 @@ from torch import nn
 from specbench.errors import ConfigError
 from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
 from specbench.strategies.checkpoints import (check_weights, checkpoint_files, checkpoint_record, raise_if_head_does_not_fit,
-                                              raise_if_head_does_not_fit_preset, read_checkpoint_config, read_weights)
+                                              load_head, raise_if_head_does_not_fit_preset, read_checkpoint_config)
 
 
 @dataclass
@@ -76,17 +76,7 @@ def read_medusa_config(path: str | Path | None) -> tuple[Path, MedusaConfig]:
 def load_medusa_heads(path: str | Path, target_model: nn.Module, target_label: str = "") -> MedusaHeads:
     weights, cfg = read_medusa_config(path)
     raise_if_head_does_not_fit("medusa", path, cfg, target_model.config, target_label)
-    heads = MedusaHeads(cfg, target_model)
-    try:
-        missing, unexpected = heads.load_state_dict(read_weights(weights), strict=False)
-    except RuntimeError as e:  # a tensor of another shape than its config.json says
-        raise ConfigError(f"medusa checkpoint {str(path)!r} ({weights}) does not match its config.json: "
-                          f"{str(e).splitlines()[-1].strip()[:300]}") from None
-    if missing or unexpected:
-        raise ConfigError(f"medusa checkpoint {str(path)!r} does not match its config: missing {missing[:4]}, "
-                          f"unexpected {unexpected[:4]}")
-    emb = target_model.get_input_embeddings().weight
-    return heads.to(device=emb.device, dtype=emb.dtype).eval().requires_grad_(False)
+    return load_head(MedusaHeads(cfg, target_model), weights, path, "medusa", target_model)
 
 
 def raise_if_too_few_heads(k: int, num_heads: int, checkpoint: str) -> None:

@@ -29,7 +29,8 @@ from torch import nn
 
 from specbench.errors import ConfigError
 from specbench.models.loading import LoadedModel
-from specbench.strategies.eagle import EagleConfig, EagleHead, read_weights
+from specbench.strategies.checkpoints import read_weights
+from specbench.strategies.eagle import EagleConfig, EagleHead
 from specbench.strategies.medusa import MedusaConfig, MedusaHeads
 
 

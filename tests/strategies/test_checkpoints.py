@@ -13,7 +13,8 @@ from specbench_testing import tiny
 from specbench.errors import ConfigError
 from specbench.models.runner import make_runner
 from specbench.strategies.base import BuildContext
-from specbench.strategies.eagle import EagleConfig, EagleHead, EagleProposer, read_weights
+from specbench.strategies.checkpoints import read_weights
+from specbench.strategies.eagle import EagleConfig, EagleHead, EagleProposer
 from specbench.strategies.medusa import MedusaConfig, MedusaHeads, MedusaProposer
 from specbench.verify import SamplingParams
 
