@@ -6,7 +6,10 @@ seconds, not after minutes of loading weights.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 
 class ConfigError(ValueError):
@@ -18,3 +21,15 @@ def unknown(kind: str, given: object, allowed: Iterable[str], hint: str = "") ->
     names = ", ".join(sorted(allowed))
     msg = f"unknown {kind} {given!r}; allowed: {names}"
     return ConfigError(msg + (f". {hint}" if hint else ""))
+
+
+def read_json_object(path: Path, setting: str, holds: str) -> dict[str, Any]:
+    """The JSON object in `path`; a ConfigError that names `setting` and the file, and says what it should
+    hold, when the file cannot be read, is not JSON, or is not an object."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{setting}: {path} could not be read as JSON ({type(e).__name__}: {e}); {holds}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{setting}: {path} holds a {type(value).__name__}, not a JSON object; {holds}")
+    return value

@@ -183,16 +183,22 @@ def _config(key: tuple, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | N
     return cfg
 
 
+def _silu_input(x: torch.Tensor, w: torch.Tensor, silu: bool, max_m: int | None) -> tuple[torch.Tensor, bool]:
+    """(the GEMM's input, whether the kernel applies silu(gate) * up in its prologue): unless that fusion is
+    on and the kernel takes the product, silu(gate) * up is computed here first."""
+    if not silu or (FUSE_SILU and usable(x, w, max_m)):
+        return x, silu
+    from specbench.kernels.decode import silu_mul, silu_mul_ref
+
+    return (silu_mul(x) if triton_available(x.device) and x.is_contiguous() else silu_mul_ref(x)), False
+
+
 def skinny_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, may_split: bool = False,
                   config: tuple | None = None, silu: bool = False) -> torch.Tensor:
     """x [M, K] @ w[N, K]^T (+ bias). With may_split, may return fp32 partials [S, M, N] (S >= 2) that
     the caller must sum (add_rmsnorm does); otherwise [M, N] in x's dtype. With silu, x is the fused
     [M, 2K] gate/up output and the product takes silu(gate) * up (decode.silu_mul) as its input."""
-    if silu and not (FUSE_SILU and usable(x, w)):
-        from specbench.kernels.decode import silu_mul, silu_mul_ref
-
-        x = silu_mul(x) if triton_available(x.device) and x.is_contiguous() else silu_mul_ref(x)
-        silu = False
+    x, silu = _silu_input(x, w, silu, MAX_M)
     if not usable(x, w):
         return F.linear(x, w, bias)
     key = (_m_bucket(x.shape[0]), w.shape[0], w.shape[1], may_split and bias is None, silu)
@@ -205,11 +211,7 @@ def invariant_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
     """`skinny_linear` for any number of rows, batch-invariant: row i of the result does not depend on
     the other rows or on M (one configuration per weight shape, tuned on 16 rows; see the module
     docstring). Same outputs and partials contract as `skinny_linear`."""
-    if silu and not (FUSE_SILU and usable(x, w, None)):
-        from specbench.kernels.decode import silu_mul, silu_mul_ref
-
-        x = silu_mul(x) if triton_available(x.device) and x.is_contiguous() else silu_mul_ref(x)
-        silu = False
+    x, silu = _silu_input(x, w, silu, None)
     if not usable(x, w, None):
         return F.linear(x, w, bias)
     key = ("inv", w.shape[0], w.shape[1], may_split and bias is None, silu)

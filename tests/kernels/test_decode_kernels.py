@@ -3,8 +3,6 @@ and the decoder's kernel path equals its torch path on tiny models."""
 
 from __future__ import annotations
 
-import importlib
-import os
 
 import pytest
 import torch
@@ -12,13 +10,10 @@ import torch
 pytest.importorskip("triton")
 pytestmark = pytest.mark.gpu  # part of the GPU suite: compiled and exact there, interpreted here
 
-from specbench.kernels import decode  # noqa: E402
+from kernel_env import COMPILED as _COMPILED  # noqa: E402
+from kernel_env import DEVICE, kernels  # noqa: E402
 
-_COMPILED = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
-DEVICE = torch.device("cuda" if _COMPILED else "cpu")
-if DEVICE.type == "cpu" and not decode._INTERPRETED:
-    os.environ["TRITON_INTERPRET"] = "1"
-    decode = importlib.reload(decode)
+(decode,) = kernels("decode")
 
 
 def _g(seed):

@@ -6,8 +6,6 @@ Sizes are small and odd (B=3, V=37/300) and block_v is smaller than V, so that e
 over several blocks and several chunks and V is never a multiple of the block.
 """
 
-import importlib
-import os
 
 import pytest
 import torch
@@ -16,14 +14,9 @@ pytest.importorskip("triton")
 pytestmark = pytest.mark.gpu  # part of the GPU suite: compiled and exact there, interpreted here
 
 from specbench import verify  # noqa: E402
-from specbench.kernels import rejection  # noqa: E402
+from kernel_env import DEVICE, kernels  # noqa: E402
 
-_COMPILED = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
-DEVICE = torch.device("cuda" if _COMPILED else "cpu")
-if DEVICE.type == "cpu" and not rejection._INTERPRETED:
-    # imported earlier without the interpreter (another test module); redefine the kernels under it
-    os.environ["TRITON_INTERPRET"] = "1"
-    rejection = importlib.reload(rejection)
+(rejection,) = kernels("rejection")
 
 B = 3
 SPLITS = {37: dict(block_v=8, num_chunks=2), 300: dict(block_v=64, num_chunks=2)}  # chunks of 3 blocks, the last short
