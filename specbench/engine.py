@@ -45,6 +45,7 @@ class BatchTiming:
     verify_s: float = 0.0  # target forward + acceptance
     total_s: float = 0.0
     steps: int = 0
+    draft_forwards: int = 0  # the proposer's draft forwards over the batch's steps
 
 
 class _PhaseClock:
@@ -149,6 +150,7 @@ class Engine:
         if on_step:
             on_step(sum(1 for _ in prompts))
         timing = BatchTiming(prefill_s=ttft)
+        forwards_before = self.proposer.draft_forwards
         steps = torch.arange(k + 1, device=dev)
         # the host's per-row lengths and active flags go back to the device through one pinned buffer,
         # copied without blocking the host (pageable torch.tensor(list) copies block on CUDA)
@@ -158,6 +160,9 @@ class Engine:
             clock.mark()
             # 1) propose K drafts per row
             draft = self.proposer.propose(state)
+            if not draft.chain:
+                raise NotImplementedError(f"strategy {self.proposer.name!r} drafted a tree; this engine verifies chains "
+                                          f"(parents -1, 0, 1, ...) only")
             clock.mark()
             # 2) verify: one target forward over [pending token, d_1..d_K] at positions L-1 .. L-1+K
             positions = state.lengths[:, None] - 1 + steps  # [B, K+1]
@@ -211,6 +216,7 @@ class Engine:
         timing.draft_s = sum(phases[0::3])
         timing.verify_s = sum(phases[1::3])
         timing.total_s = time.perf_counter() - t0
+        timing.draft_forwards = self.proposer.draft_forwards - forwards_before
         return rows, timing
 
     def _maybe_finish(self, row: RowResult, b: int, active: list[bool], now: float) -> None:

@@ -90,6 +90,8 @@ def summarize(per_prompt: Sequence[dict[str, Any]], timings: Sequence[BatchTimin
             "draft_frac": draft / total if total else None, "verify_frac": verify / total if total else None,
             "steps": sum(t.steps for t in timings),
         }
+        steps = out["time_split"]["steps"]
+        out["draft_forwards_per_step"] = sum(t.draft_forwards for t in timings) / steps if steps else None
         out["output_tokens_per_s_overall"] = out["output_tokens"] / total if total else None
         # whole-batch decode throughput: tokens after each row's first (which the prefill emits) over the time
         # after the prefill, every row of every batch counted together

@@ -140,9 +140,7 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
     backend = e.get("backend", "auto")
     if backend not in BACKENDS:
         raise unknown("engine.backend", backend, BACKENDS)
-    check_target = getattr(cls, "validate_for_target", None)  # the strategy's settings against the target's known sizes
-    if check_target is not None:
-        check_target(strategy_cfg, target, backend)
+    cls.validate_for_target(strategy_cfg, target, backend)  # the strategy's settings against the target's known sizes
     max_new = c.get("max_new_tokens")
     if not isinstance(max_new, int) or max_new < 1:
         raise ConfigError(f"max_new_tokens={max_new!r}; allowed: an integer >= 1")
@@ -167,10 +165,9 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
     if synthetic:
         _check_synthetic(synthetic, k)
     prompts = load_prompts(c["dataset"])
-    record = getattr(cls, "checkpoint_record", None)  # eagle / medusa: the files the strategy will load
     return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], batch_size,
                  max_new, max_len, backend, rule, cuda_graphs_default(graphs_setting, device), invariant, synthetic,
-                 record(strategy_cfg) if record is not None else None)
+                 cls.checkpoint_record(strategy_cfg))
 
 
 def raise_if_unknown_settings(cls: type[Proposer], cfg: Mapping[str, Any]) -> None:

@@ -81,7 +81,7 @@ BAD = [
     (["engine.batch_size=0"], "engine.batch_size=0"),
     (["engine.dtype=float8"], "unknown engine.dtype 'float8'"),
     # issue 10: checks the configuration decides, before a model loads
-    (["+strategy.kk=3"], "unknown setting(s) ['kk'] for strategy 'draft_model'; allowed: k, name"),
+    (["+strategy.kk=3"], "unknown setting(s) ['kk'] for strategy 'draft_model'; allowed: drop_first_drafted_tokens, k, name, one_extra_forward_pass"),
     (["strategy=layer_skip", "strategy.num_layers=5"], "strategy.num_layers=5 for strategy 'layer_skip'; allowed: an integer in 1..1"),
     (["strategy=layer_skip", "engine.backend=transformers"], "layer_skip with engine.backend='transformers'"),
     (["strategy=eagle"], "eagle checkpoint 'eagle-smollm2-135m' was trained for hidden size 576, vocab 49152 "

@@ -1,23 +1,39 @@
-"""The proposer contract shared by every drafting strategy.
+"""The proposer base: the drafting loop every strategy shares, switched by class flags.
 
-The engine owns the committed tokens, the target model and acceptance; a proposer only turns the
-engine's state into K draft tokens per row (and, when it samples, their probabilities q), and
-hears back how many were accepted. The class flags below are what differ between strategies
-(DESIGN.md's table); the engine reads them instead of branching on strategy names.
+The engine owns the committed tokens, the target model and acceptance; a proposer turns the
+engine's state into a draft per row (N tokens with a parent index each, and their probabilities q
+when it samples) and hears back how many were accepted. This base holds the loop: ingest the
+committed tokens the draft has not seen (catch-up), then K draft forwards (`drafting = "chain"`),
+one forward that drafts K at once (`"parallel"`), or none (`"lookup"`, model-free); pick each
+token by argmax, or at T > 0 by sampling q through verify.logits_to_probs / sample_from; roll the
+draft's cache back to what the target accepted. A strategy supplies its draft forward (by default
+a causal LM runner, `self.runner`) and sets flags; each flag changes what the base or the engine
+does (DESIGN.md's table):
+
+| flag | effect |
+| --- | --- |
+| pass_hidden_states_to_model | the engine returns the target's hidden states; the base keeps them by position and feeds the draft, with each token x_p, the feature at p-1 (and, while drafting, its own output feature) |
+| owns_kv_cache | the draft keeps a per-row cache: the base ingests the prompt in start(), catches up on every unseen token, and rolls back to the accepted prefix in commit(); without it the draft sees only the pending token |
+| samples | at T > 0 drafts are sampled from q and q is returned; otherwise argmax, treated as one-hot q |
+| cuda_graphs | the draft runner is captured in CUDA graphs when engine.cuda_graphs is on |
+| one_extra_forward_pass + drop_first_drafted_tokens (settings) | the seed PR's scheme: the accepted tail and the bonus token go in two forwards and the first one's draft is dropped (K+1 forwards per step) instead of one catch-up forward (K) |
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import torch
 
 from specbench.errors import ConfigError
 from specbench.models.loading import LoadedModel
-from specbench.verify import SamplingParams, Verdict
+from specbench.verify import SamplingParams, Verdict, logits_to_probs, sample_from
+
+DRAFTING = ("chain", "parallel", "lookup")
 
 
 def raise_if_vocab_too_large(draft_vocab: int, target_vocab: int, draft_name: str, target_name: str) -> None:
@@ -39,7 +55,7 @@ class BuildContext:
     sampling: SamplingParams
     device: torch.device
     backend: str = "auto"
-    cuda_graphs: bool = False  # wrap the strategy's own forwards in CUDA graphs (models.cuda_graphs.maybe_graphed)
+    cuda_graphs: bool = False  # engine.cuda_graphs: drafters with the cuda_graphs flag capture their runner
     batch_invariant: bool = True  # the strategy's own decoder runners use the batch-invariant kernels (CUDA)
 
 
@@ -68,28 +84,72 @@ class DecodeState:
         return self.tokens.shape[0]
 
 
+@lru_cache(maxsize=64)
+def chain_parents(n: int, device: torch.device) -> torch.Tensor:
+    """[N] int64 -1, 0, 1, ..., N-2: node i hangs under node i-1, node 0 under the pending token."""
+    return torch.arange(-1, n - 1, device=device)
+
+
 @dataclass
 class Draft:
-    tokens: torch.Tensor  # [B, K] int64
-    probs: torch.Tensor | None = None  # [B, K, V_draft] q when the strategy samples at T > 0, else None (one-hot)
+    """N draft tokens per row, node i under node parents[b, i] (-1 = the pending token)."""
+
+    tokens: torch.Tensor  # [B, N] int64
+    probs: torch.Tensor | None = None  # [B, N, V_draft] q when the strategy samples at T > 0, else None (one-hot)
+    parents: torch.Tensor | None = None  # [B, N] int64; None = a chain (filled in by __post_init__)
+    chain: bool = field(init=False, default=True)  # known on the host, so the engine never syncs to ask
+
+    def __post_init__(self) -> None:
+        bsz, n = self.tokens.shape
+        if self.parents is None:
+            self.parents = chain_parents(n, self.tokens.device).expand(bsz, n)
+        else:
+            self.chain = False
+            if self.parents.shape != self.tokens.shape:
+                raise ValueError(f"Draft.parents has shape {tuple(self.parents.shape)}; tokens {tuple(self.tokens.shape)}")
+
+
+@dataclass
+class DraftOutput:
+    """What one draft forward gives the base, at the last input column of each row."""
+
+    logits: torch.Tensor  # [B, N, V_draft]: N = 1 for a chain step, K for a parallel drafter
+    hidden: torch.Tensor | None = None  # [B, 1, H] the draft's output feature (fed back by hidden-state drafters)
 
 
 class Proposer(ABC):
-    """Base class of every strategy. Subclasses set the flags and implement propose()."""
+    """Base class of every strategy: the drafting loop (see the module docstring). A subclass sets the flags and
+    either gives the base a runner (`self.runner`, a causal LM over [B, T]) or overrides draft_forward / lookup."""
 
     # DESIGN.md's table, one flag per row
-    pass_hidden_states_to_model: ClassVar[bool] = False  # draft consumes target hidden states
+    pass_hidden_states_to_model: ClassVar[bool] = False
     owns_kv_cache: ClassVar[bool] = False
-    needs_catch_up: ClassVar[bool] = False  # ingests unseen committed tokens in its first forward
-    samples: ClassVar[bool] = False  # returns q at T > 0
-    needs_draft_model: ClassVar[bool] = False  # run() loads cfg.draft for it
+    samples: ClassVar[bool] = False
+    cuda_graphs: ClassVar[bool] = False
+    drafting: ClassVar[str] = "chain"  # one of DRAFTING
+    needs_draft_model: ClassVar[bool] = False  # run() loads cfg.draft for it (draft=self: the target drafts itself)
 
-    def __init__(self, ctx: BuildContext, k: int, name: str = "", **options: Any) -> None:
+    def __init__(self, ctx: BuildContext, k: int, name: str = "", one_extra_forward_pass: bool = False,
+                 drop_first_drafted_tokens: bool = False, **options: Any) -> None:
         if options:
             raise ConfigError(f"strategy {name or type(self).__name__} got unknown settings {sorted(options)}")
+        type(self).raise_if_bad_scheme(name, one_extra_forward_pass, drop_first_drafted_tokens)
         self.k = k
         self.name = name
         self.sampling = ctx.sampling
+        self.device = ctx.device
+        self.one_extra_forward_pass = one_extra_forward_pass
+        self.drop_first_drafted_tokens = drop_first_drafted_tokens
+        self.use_graphs = ctx.cuda_graphs and type(self).cuda_graphs  # the cuda_graphs flag, read here only
+        # under captured graphs every catch-up after the first step feeds 2 tokens (one graph shape, warmed before
+        # timing). Re-feeding a token the draft already wrote in an earlier decode step rewrites its cache entry bit
+        # for bit (batch-invariant kernels); the prompt's entries (written by the prefill, on other kernels) are never
+        # re-fed, so the first step keeps its single token.
+        self.fixed_catch_up = self.use_graphs and ctx.device.type == "cuda"
+        self.runner: Any = None  # the draft's causal LM runner (draft_model, layer_skip); None for heads
+        self.seen: list[int] = []  # per row: committed positions < seen[b] are in the draft's cache
+        self.features: torch.Tensor | None = None  # [B, S, H] the target's features by position (hidden-state drafters)
+        self.draft_forwards = 0  # draft forwards run by propose() (results.json: draft forwards per step)
         # the draft's own noise, independent of the verifier's (seed + 1); reseed() restarts it
         self.generator = torch.Generator(device=ctx.device)
         self.reseed()
@@ -99,24 +159,162 @@ class Proposer(ABC):
         engine.warmup never changes sampled tokens."""
         self.generator.manual_seed(self.sampling.seed + 1)
 
+    # -- checks before any model loads (run.plan calls these) ------------------------------------------------
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:
-        """Check the strategy's settings before any model loads. Subclasses extend it."""
-        k = cfg.get("k")
+        """The strategy's settings on their own. Subclasses extend it."""
+        k, name = cfg.get("k"), cfg.get("name")
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise ConfigError(f"strategy.k={k!r} for strategy {cfg.get('name')!r}; allowed: an integer >= 1")
+            raise ConfigError(f"strategy.k={k!r} for strategy {name!r}; allowed: an integer >= 1")
+        cls.raise_if_bad_scheme(name, cfg.get("one_extra_forward_pass", False), cfg.get("drop_first_drafted_tokens", False))
 
+    @classmethod
+    def raise_if_bad_scheme(cls, name: str, extra: Any, drop: Any) -> None:
+        """one_extra_forward_pass and drop_first_drafted_tokens: booleans, both or neither, on chain drafters."""
+        for key, value in (("one_extra_forward_pass", extra), ("drop_first_drafted_tokens", drop)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"strategy.{key}={value!r} for strategy {name!r}; allowed: true or false")
+        if (extra or drop) and not (cls.drafting == "chain" and cls.owns_kv_cache):
+            raise ConfigError(f"strategy.one_extra_forward_pass / drop_first_drafted_tokens for strategy {name!r}; "
+                              f"allowed only for chain drafters with their own KV cache (draft_model, eagle, layer_skip)")
+        if extra != drop:
+            raise ConfigError(f"strategy.one_extra_forward_pass={extra} with drop_first_drafted_tokens={drop} for "
+                              f"strategy {name!r}; allowed: both true (the seed PR's scheme: the extra forward drafts the "
+                              f"bonus token's position, which the target already decided, so it is dropped) or both false")
+
+    @classmethod
+    def validate_for_target(cls, cfg: Mapping[str, Any], target: Any, backend: str) -> None:
+        """The settings against the target's sizes known before loading (a preset, a local config.json)."""
+
+    @classmethod
+    def checkpoint_record(cls, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+        """What results.json records of the drafter's checkpoint (files, SHA-256); None without one."""
+        return None
+
+    # -- what a strategy supplies ----------------------------------------------------------------------------
     def hidden_layers(self) -> tuple[int, ...]:
         """Target layers whose outputs this strategy reads (EAGLE-3 style fusion); () = none."""
         return ()
 
-    def start(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
-        """A new batch: the prompts (and the first token) are committed; build per-batch caches here."""
+    def target_features(self, hidden: torch.Tensor | None, layers: list[torch.Tensor] | None) -> torch.Tensor:
+        """[B, T, H] the draft's input feature from one target forward (EAGLE-3 fuses `layers`)."""
+        assert hidden is not None, "the engine returns hidden states to strategies with pass_hidden_states_to_model"
+        return hidden
 
-    @abstractmethod
+    def allocate(self, batch_size: int, max_len: int) -> None:
+        """owns_kv_cache: size the draft's cache for a batch."""
+        self.runner.allocate(batch_size, max_len)
+
+    def draft_forward(self, tokens: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor | None,
+                      attn_len: int) -> DraftOutput:
+        """One draft forward over tokens [B, T] at positions [B, T] (hidden [B, T, H]: the feature before each
+        token, for hidden-state drafters); logits at each row's last column. Default: the causal LM runner."""
+        last = torch.full((tokens.shape[0], 1), tokens.shape[1] - 1, device=tokens.device)
+        return DraftOutput(logits=self.runner(tokens, positions, attn_len=attn_len, logits_at=last).logits)
+
+    def lookup(self, state: DecodeState) -> torch.Tensor:
+        """drafting = "lookup": [B, K] draft tokens without a model."""
+        raise NotImplementedError(f"{type(self).__name__} sets drafting='lookup' but has no lookup()")
+
+    # -- the loop --------------------------------------------------------------------------------------------
+    def start(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
+        """A new batch: the prompts (and the first token) are committed. A draft with its own cache ingests the
+        prompts here (their last token too, unless the extra forward pass will); seen = the positions it holds."""
+        self.features = None
+        self._keep_features(state)
+        b, first = state.batch_size, 1 if self.pass_hidden_states_to_model else 0  # x_0 has no feature before it
+        if self.owns_kv_cache or self.runner is not None:  # a runner always has slots; only owns_kv_cache fills them
+            self.allocate(b, state.max_len)
+        if not self.owns_kv_cache:
+            return
+        if hasattr(self.runner, "begin_batch"):  # a multimodal draft sees the images too
+            self.runner.begin_batch([state.tokens[i, :n].tolist() for i, n in enumerate(state.prompt_lengths)],
+                                    state.mm_inputs)
+        ingest = [n - 1 if self.one_extra_forward_pass else n for n in state.prompt_lengths]
+        p = max(ingest)
+        if p > first:  # right-padded prompts: slots past a row's prompt get garbage that is overwritten later
+            positions = torch.arange(first, p, device=self.device).expand(b, p - first)
+            self.draft_forward(state.tokens[:, first:p], positions, self._features_before(positions), attn_len=p)
+        self.seen = [max(n, first) for n in ingest]
+
     def propose(self, state: DecodeState) -> Draft:
-        """Return K draft tokens per row (rows that are no longer active may hold anything)."""
+        bsz, k = state.batch_size, self.k
+        self._keep_features(state)
+        if self.drafting == "lookup":
+            return Draft(tokens=self.lookup(state))
+        attn_len = max(state.lengths_host) + k
+        # 1) catch up: the last T committed tokens, T = the most any row has not seen (at least the pending one);
+        #    rows that saw more re-feed tokens at their own positions, which rewrites identical cache entries
+        unseen = [n - s for n, s in zip(state.lengths_host, self.seen)] if self.owns_kv_cache else [1] * bsz
+        if self.one_extra_forward_pass:
+            # the seed PR's scheme: the accepted tail first (its draft, for the bonus token's position, is dropped) ...
+            t = max(1, *(u - 1 for u in unseen))
+            self._forward(state, t, attn_len, end=1)
+            unseen = [1] * bsz
+        t = max(1, *unseen)
+        if self.fixed_catch_up and all(n - 2 >= p for n, p in zip(state.lengths_host, state.prompt_lengths)):
+            t = 2
+        out = self._forward(state, t, attn_len)  # ... then (or in the default scheme, with it) the pending token
+        if self.owns_kv_cache:
+            self.seen = list(state.lengths_host)
+        # 2) draft: one forward gave K (parallel), or feed d_i back for the next (d_K never needs the cache)
+        if self.drafting == "parallel":
+            tokens, probs = self._pick(out.logits)
+            return Draft(tokens=tokens, probs=probs)
+        tokens, probs = [], []
+        for i in range(k):
+            d, q = self._pick(out.logits)
+            tokens.append(d[:, 0])
+            if q is not None:
+                probs.append(q[:, 0])
+            if i + 1 < k:
+                pos = state.lengths[:, None] + i  # d_{i+1} sits at position lengths + i
+                out = self.draft_forward(d, pos, out.hidden, attn_len)
+                self.draft_forwards += 1
+        return Draft(tokens=torch.stack(tokens, 1), probs=torch.stack(probs, 1) if probs else None)
 
     def commit(self, state: DecodeState, verdict: Verdict, accepted: list[int], old_lengths: list[int]) -> None:
         """Hear what the target accepted. `state` is already committed; `accepted` (= verdict.accepted on the
         host) and `old_lengths` (the lengths before this step) are per row. Finished rows keep their length."""
+        if not self.owns_kv_cache or self.drafting != "chain":
+            return
+        # the draft wrote d_1..d_{K-1} after the catch-up: valid up to the first rejected one, never past a row's
+        # (possibly truncated) length. A hidden-state drafter wrote them from its own features, not the target's:
+        # none is kept, the next catch-up rewrites them from the target's true features.
+        kept = (lambda n: 0) if self.pass_hidden_states_to_model else (lambda n: min(n, self.k - 1))
+        self.seen = [min(old + kept(n), new) for old, n, new in zip(old_lengths, accepted, state.lengths_host)]
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+    def _forward(self, state: DecodeState, t: int, attn_len: int, end: int = 0) -> DraftOutput:
+        """Draft forward over each row's committed tokens at positions [L-end-t, L-end)."""
+        lo = 1 if self.pass_hidden_states_to_model else 0
+        positions = (state.lengths[:, None] - end - t + torch.arange(t, device=self.device)).clamp(min=lo)  # [B, T]
+        self.draft_forwards += 1
+        return self.draft_forward(state.tokens.gather(1, positions), positions, self._features_before(positions),
+                                  attn_len)
+
+    def _keep_features(self, state: DecodeState) -> None:
+        """pass_hidden_states_to_model: store the last target forward's features at their positions (prefill: the
+        prompt; verify: the pending token and the drafts, those past a row's prefix overwritten before read)."""
+        if not self.pass_hidden_states_to_model:
+            return
+        assert state.target_positions is not None
+        f = self.target_features(state.target_hidden, state.target_layer_hidden)  # [B, T, H]
+        if self.features is None:
+            self.features = torch.zeros((state.batch_size, state.max_len, f.shape[-1]), device=f.device, dtype=f.dtype)
+        self.features.scatter_(1, state.target_positions[..., None].expand(-1, -1, f.shape[-1]), f)
+
+    def _features_before(self, positions: torch.Tensor) -> torch.Tensor | None:
+        """[B, T, H] the target's feature at p-1 for each token position p (None unless hidden-state drafting)."""
+        if not self.pass_hidden_states_to_model:
+            return None
+        assert self.features is not None
+        before = (positions - 1).clamp(min=0)
+        return self.features.gather(1, before[..., None].expand(-1, -1, self.features.shape[-1]))
+
+    def _pick(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[B, N, V] logits -> draft tokens [B, N] and, when the strategy samples at T > 0, q [B, N, V]."""
+        if self.sampling.greedy or not self.samples:
+            return logits.argmax(-1), None
+        q = logits_to_probs(logits, self.sampling)
+        return sample_from(q, torch.empty_like(q).exponential_(generator=self.generator)), q

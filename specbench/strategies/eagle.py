@@ -6,13 +6,15 @@ SwiGLU MLP), then the target's own final norm and LM head (frozen, shared, like 
 f_i is the target's final-norm hidden state at i, or with `fuse_layers: [low, mid, high]` a
 learned fusion fc (3H -> H) of those target layers' outputs (EAGLE-3).
 
-Per step (chain drafting, no tree): the target processed committed positions up to L-2 (the
-pending token at L-1 it has not seen), so the head first catches up on every pair (f_i, x_{i+1})
-with i <= L-2 it has not seen, using the TRUE features of the last target forward (prefill or
-verify), and its output at L-2 drafts d_1. Then it feeds (its own output feature, d_j) at L-2+j
-for j = 1..K-1 to draft d_{j+1}: K head forwards per step. Its KV cache is per row with
-slot == position, so rejected drafts are rolled back by overwriting (the catch-up of the next step
-rewrites those slots with true features). At T > 0 it samples from its q and returns it.
+Per step (chain drafting, no tree; the loop is the proposer base's, with pass_hidden_states_to_model):
+the target processed committed positions up to L-2 (the pending token at L-1 it has not seen), so
+the head first catches up on every pair (f_i, x_{i+1}) with i <= L-2 it has not seen (the prompt's
+pairs at the start of a batch), using the TRUE features of the target's forwards, and its output at
+L-2 drafts d_1. Then it feeds (its own output feature, d_j) at L-2+j for j = 1..K-1 to draft
+d_{j+1}: K head forwards per step. Its KV cache is per row with slot == position, so rejected drafts
+are rolled back by overwriting (the catch-up of the next step rewrites those slots with true
+features, as it does the accepted ones, which were written from the head's own). At T > 0 it samples
+from its q and returns it.
 
 Checkpoints: a directory (or its model.safetensors) holding `model.safetensors` and `config.json`
 ({"kind": "eagle", ...}); train one with `python -m specbench.train strategy=eagle target=<preset>`.
@@ -33,11 +35,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from specbench.errors import ConfigError
-from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
+from specbench.strategies.base import BuildContext, DraftOutput, Proposer
 from specbench.strategies.checkpoints import (check_weights, checkpoint_files, checkpoint_record, raise_if_head_does_not_fit,
                                               load_head, raise_if_head_does_not_fit_preset, read_checkpoint_config)
-from specbench.verify import logits_to_probs, sample_from
-
 
 
 @dataclass
@@ -214,7 +214,6 @@ def raise_if_fuse_layers_differ(fuse_layers: list[int] | None, trained: list[int
 class EagleProposer(Proposer):
     pass_hidden_states_to_model = True
     owns_kv_cache = True
-    needs_catch_up = False  # it catches up inside its first head forward, from the target's features
     samples = True
 
     def __init__(self, ctx: BuildContext, k: int, name: str = "eagle", checkpoint: str | None = None,
@@ -222,9 +221,6 @@ class EagleProposer(Proposer):
         super().__init__(ctx, k, name, **options)
         self.head = load_eagle_head(checkpoint, ctx.target.model, ctx.target.spec.label)
         raise_if_fuse_layers_differ(fuse_layers, self.head.cfg.fuse_layers, checkpoint)
-        self.device = ctx.device
-        self.feats: torch.Tensor | None = None  # [B, S, H] true input features by position
-        self.seen: list[int] = []  # per row: pairs (f_i, x_{i+1}) in the head's cache with true features (i < seen)
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:
@@ -251,40 +247,15 @@ class EagleProposer(Proposer):
     def hidden_layers(self) -> tuple[int, ...]:
         return tuple(self.head.cfg.fuse_layers or ())
 
-    def start(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
-        dtype = self.head.fc.weight.dtype
-        self.head.allocate(state.batch_size, state.max_len, self.device, dtype)
-        self.feats = torch.zeros((state.batch_size, state.max_len, self.head.cfg.hidden_size), device=self.device, dtype=dtype)
-        self.seen = [0] * state.batch_size
+    def target_features(self, hidden: torch.Tensor | None, layers: list[torch.Tensor] | None) -> torch.Tensor:
+        return self.head.features(hidden, layers).to(self.head.fc.weight.dtype)
 
-    def propose(self, state: DecodeState) -> Draft:
-        assert self.feats is not None and state.target_positions is not None
-        hsz = self.head.cfg.hidden_size
-        # 0) keep the last target forward's features by position (prefill: the prompt; verify: the pending
-        #    token and the drafts; the ones past a row's committed prefix are overwritten before they are read)
-        f = self.head.features(state.target_hidden, state.target_layer_hidden)  # [B, T, H]
-        pos = state.target_positions
-        self.feats.scatter_(1, pos[..., None].expand(-1, -1, hsz), f.to(self.feats.dtype))
-        # 1) catch up on pairs i = seen .. L-2 with true features; rows with fewer unseen re-feed earlier
-        #    pairs (identical cache entries); the output at i = L-2 drafts d_1
-        t = max(1, *(length - 1 - seen for length, seen in zip(state.lengths_host, self.seen)))
-        positions = (state.lengths[:, None] - 1 - t + torch.arange(t, device=self.device)).clamp(min=0)  # [B, T]
-        feats = self.feats.gather(1, positions[..., None].expand(-1, -1, hsz))
-        tokens = state.tokens.gather(1, positions + 1)
-        attn_len = max(state.lengths_host) + self.k
-        out = self.head(feats, tokens, positions, use_cache=True, attn_len=attn_len)[:, -1:]  # [B, 1, H]
-        self.seen = [length - 1 for length in state.lengths_host]
-        # 2) draft K tokens, feeding (own output feature, d_j) at position L-2+j
-        drafts, probs = [], []
-        for j in range(self.k):
-            logits = self.head.lm_head(out[:, 0]).float()  # [B, V]
-            if self.sampling.greedy:
-                d = logits.argmax(-1)
-            else:
-                q = logits_to_probs(logits, self.sampling)
-                d = sample_from(q, torch.empty_like(q).exponential_(generator=self.generator))
-                probs.append(q)
-            drafts.append(d)
-            if j + 1 < self.k:
-                out = self.head(out, d[:, None], state.lengths[:, None] - 1 + j, use_cache=True, attn_len=attn_len)
-        return Draft(tokens=torch.stack(drafts, 1), probs=torch.stack(probs, 1) if probs else None)
+    def allocate(self, batch_size: int, max_len: int) -> None:
+        self.head.allocate(batch_size, max_len, self.device, self.head.fc.weight.dtype)
+
+    def draft_forward(self, tokens: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor | None,
+                      attn_len: int) -> DraftOutput:
+        # token x_p with the feature before it (true f_{p-1} from the target, or the head's own output while
+        # drafting) is the pair the head holds at slot p-1
+        out = self.head(hidden, tokens, positions - 1, use_cache=True, attn_len=attn_len)[:, -1:]  # [B, 1, H]
+        return DraftOutput(logits=self.head.lm_head(out).float(), hidden=out)

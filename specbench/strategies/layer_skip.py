@@ -25,11 +25,10 @@ from typing import Any
 
 
 from specbench.errors import ConfigError
-from specbench.models.decoder import SUPPORTED_ARCHS
 from specbench.models.cuda_graphs import maybe_graphed
+from specbench.models.decoder import SUPPORTED_ARCHS
 from specbench.models.runner import make_runner
 from specbench.strategies.base import BuildContext, Proposer
-from specbench.strategies.draft_model import DraftModelProposer
 
 
 def _is_int(x: Any) -> bool:
@@ -55,21 +54,23 @@ def raise_if_no_native_decoder(model_type: str, backend: str) -> None:
                           f"the first L layers with specbench's own decoder; transformers' forward cannot exit early)")
 
 
-class LayerSkipProposer(DraftModelProposer):
-    """draft_model's drafting loop (catch-up, K forwards, rollback by length) over the target's first L layers."""
+class LayerSkipProposer(Proposer):
+    """The base's chain loop (catch-up, K forwards, rollback by length) over the target's first L layers."""
 
-    needs_draft_model = False
+    owns_kv_cache = True
+    samples = True
+    cuda_graphs = True
 
     def __init__(self, ctx: BuildContext, k: int, name: str = "layer_skip", num_layers: int | None = None,
                  **options: Any) -> None:
-        Proposer.__init__(self, ctx, k, name, **options)
+        super().__init__(ctx, k, name, **options)
         self.validate({"name": name, "k": k, "num_layers": num_layers})
         hf = ctx.target.model
         raise_if_no_native_decoder(hf.config.model_type, ctx.backend)
         self.num_layers = resolve_num_layers(num_layers, hf.config.num_hidden_layers)
         # shares the target's weights; its own L-layer cache
-        self._use_runner(ctx, maybe_graphed(make_runner(hf, ctx.backend, num_layers=self.num_layers,
-                                                          batch_invariant=ctx.batch_invariant), ctx.cuda_graphs))
+        self.runner = maybe_graphed(make_runner(hf, ctx.backend, num_layers=self.num_layers,
+                                                batch_invariant=ctx.batch_invariant), self.use_graphs)
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specbench.errors import ConfigError
-from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
+from specbench.strategies.base import BuildContext, DraftOutput, Proposer
 from specbench.strategies.checkpoints import (check_weights, checkpoint_files, checkpoint_record, raise_if_head_does_not_fit,
                                               load_head, raise_if_head_does_not_fit_preset, read_checkpoint_config)
 
@@ -87,6 +87,7 @@ def raise_if_too_few_heads(k: int, num_heads: int, checkpoint: str) -> None:
 
 class MedusaProposer(Proposer):
     pass_hidden_states_to_model = True
+    drafting = "parallel"  # K heads over one hidden state: one draft forward per step, no cache, no q
 
     def __init__(self, ctx: BuildContext, k: int, name: str = "medusa", checkpoint: str | None = None,
                  **options: Any) -> None:
@@ -111,12 +112,9 @@ class MedusaProposer(Proposer):
     def checkpoint_record(cls, cfg: Mapping[str, Any]) -> dict[str, Any]:
         return checkpoint_record(cfg.get("checkpoint"), "medusa")
 
-    def propose(self, state: DecodeState) -> Draft:
-        assert state.target_hidden is not None and state.target_positions is not None
-        hidden, pos = state.target_hidden, state.target_positions  # [B, T, H], [B, T]
-        # the last target forward covered L-2 for every active row (prefill: the prompt's last
-        # position; verify: the last accepted one); finished rows may hold anything
-        col = (state.lengths - 2 - pos[:, 0]).clamp(0, pos.shape[1] - 1)  # [B]
-        h = hidden.gather(1, col[:, None, None].expand(-1, 1, hidden.shape[-1]))[:, 0]  # [B, H]
-        logits = self.heads(h.to(self.heads.blocks[0].weight.dtype), self.k)  # [B, K, V]
-        return Draft(tokens=logits.argmax(-1))
+    def draft_forward(self, tokens: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor | None,
+                      attn_len: int) -> DraftOutput:
+        # the base feeds the pending token at L-1 with the target's final-norm hidden state at L-2 (prefill: the
+        # prompt's last position; verify: the last accepted one); head i predicts the token at L-1+i
+        assert hidden is not None
+        return DraftOutput(logits=self.heads(hidden[:, -1].to(self.heads.blocks[0].weight.dtype), self.k))  # [B, K, V]

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from specbench.errors import ConfigError
-from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
+from specbench.strategies.base import BuildContext, DecodeState, Proposer
 from specbench.verify import Verdict
 
 
@@ -79,12 +79,13 @@ def lookup_drafts(tokens: np.ndarray, lengths: np.ndarray, k: int, min_n: int, m
 class NgramProposer(Proposer):
     """Drafts by looking up the committed tokens' own history; see the module docstring."""
 
+    drafting = "lookup"
+
     def __init__(self, ctx: BuildContext, k: int, name: str = "ngram", min_n: int = 1, max_n: int = 3,
                  **options: Any) -> None:
         super().__init__(ctx, k, name, **options)
         self.validate({"name": name, "k": k, "min_n": min_n, "max_n": max_n})
         self.min_n, self.max_n = min_n, max_n
-        self.device = ctx.device
         self.host: np.ndarray = np.zeros((0, 0), dtype=np.int64)  # [B, S] committed tokens, host copy
         self.host_lengths: np.ndarray = np.zeros(0, dtype=np.int64)  # [B]
 
@@ -100,16 +101,18 @@ class NgramProposer(Proposer):
                               f"allowed: an integer >= min_n (the longest suffix n-gram to look up)")
 
     def start(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
+        super().start(state, prefill_hidden)
         self.host = np.zeros((state.batch_size, state.max_len), dtype=np.int64)
         p = max(state.lengths_host)
         self.host[:, :p] = state.tokens[:, :p].cpu().numpy()  # prompts and the first token, once per batch
         self.host_lengths = np.array(state.lengths_host, dtype=np.int64)
 
-    def propose(self, state: DecodeState) -> Draft:
+    def lookup(self, state: DecodeState) -> torch.Tensor:
         drafts = lookup_drafts(self.host, self.host_lengths, self.k, self.min_n, self.max_n)  # [B, K]
-        return Draft(tokens=torch.from_numpy(drafts).to(self.device))
+        return torch.from_numpy(drafts).to(self.device)
 
     def commit(self, state: DecodeState, verdict: Verdict, accepted: list[int], old_lengths: list[int]) -> None:
+        super().commit(state, verdict, accepted, old_lengths)
         # the step wrote at most K+1 tokens per row from its old length on: copy that window only
         cols = np.minimum(np.array(old_lengths, dtype=np.int64)[:, None] + np.arange(self.k + 1), state.max_len - 1)  # [B, K+1]
         window = torch.from_numpy(cols).to(state.tokens.device)

@@ -15,13 +15,14 @@ from typing import Any
 import torch
 
 from specbench.errors import ConfigError
-from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
+from specbench.strategies.base import BuildContext, DecodeState, Proposer
 
 
 class TargetOnly(Proposer):
+    drafting = "lookup"  # an empty draft, without a model
+
     def __init__(self, ctx: BuildContext, k: int = 0, name: str = "none", **options: Any) -> None:
         super().__init__(ctx, 0, name, **options)
-        self.device = ctx.device
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:
@@ -30,5 +31,5 @@ class TargetOnly(Proposer):
             raise ConfigError(f"strategy.k={k!r} for strategy 'none'; allowed: an integer >= 0 (it drafts nothing; "
                               f"k is ignored so that sweeps can cross strategies with k)")
 
-    def propose(self, state: DecodeState) -> Draft:
-        return Draft(tokens=torch.empty((state.batch_size, 0), dtype=torch.long, device=self.device))
+    def lookup(self, state: DecodeState) -> torch.Tensor:
+        return torch.empty((state.batch_size, 0), dtype=torch.long, device=self.device)

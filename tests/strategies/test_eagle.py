@@ -72,15 +72,23 @@ def test_fuse_layers_must_match_checkpoint(llama, tmp_path):
 
 
 def _record_catch_up(proposer):
-    """Wrap the head: record the inputs of each step's first (catch-up) forward."""
+    """Wrap the head: record the inputs of the prompt's ingestion (start) and of each step's first (catch-up)
+    forward, with the pair index up to which each row's inputs are its own (right-padded prompts in start)."""
     calls, head, original = [], proposer.head, proposer.head.forward
-    state = {"first": True}
+    state = {"first": True, "limit": None}
 
     def forward(feature, tokens, positions, **kw):
         if kw.get("use_cache") and state["first"]:
-            calls.append((feature.clone(), tokens.clone(), positions.clone()))
+            calls.append((feature.clone(), tokens.clone(), positions.clone(), state["limit"]))
         state["first"] = False
         return original(feature, tokens, positions, **kw)
+
+    start = proposer.start
+
+    def start_wrapped(s, hidden):
+        state["first"], state["limit"] = True, [n - 1 for n in s.prompt_lengths]
+        start(s, hidden)
+        state["limit"] = None
 
     propose = proposer.propose
 
@@ -90,6 +98,7 @@ def _record_catch_up(proposer):
 
     head.forward = forward
     proposer.propose = propose_wrapped
+    proposer.start = start_wrapped
     return calls
 
 
@@ -114,9 +123,9 @@ def test_feature_alignment(llama, tmp_path, fuse_layers):
             ref = proposer.head.features(final, [outs[i] for i in fuse_layers] if fuse_layers else None)[0]
         for h in hooks:
             h.remove()
-        for feature, tokens, positions in calls:
+        for feature, tokens, positions, limit in calls:
             for j, i in enumerate(positions[b].tolist()):
-                if i + 1 < seq.shape[1]:
+                if i + 1 < seq.shape[1] and (limit is None or i < limit[b]):
                     assert tokens[b, j] == seq[0, i + 1], (b, i)
                     torch.testing.assert_close(feature[b, j], ref[i], atol=2e-4, rtol=2e-4)
 
@@ -143,7 +152,7 @@ def test_cache_rollback_after_partial_acceptance(llama, tmp_path):
         for b, length in enumerate(state.lengths_host):
             n = length - 1  # pairs 0..L-2
             pos = torch.arange(n)[None]
-            feats = proposer.feats[b : b + 1, :n]
+            feats = proposer.features[b : b + 1, :n]
             toks = state.tokens[b : b + 1, 1 : n + 1]
             _, (k, v) = proposer.head(feats, toks, pos, return_kv=True)
             torch.testing.assert_close(proposer.head.k_cache[b : b + 1, :, :n], k, atol=1e-5, rtol=1e-5)
