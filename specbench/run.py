@@ -167,7 +167,7 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
     prompts = load_prompts(c["dataset"])
     return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], batch_size,
                  max_new, max_len, backend, rule, cuda_graphs_default(graphs_setting, device), invariant, synthetic,
-                 cls.checkpoint_record(strategy_cfg))
+                 cls.checkpoint_record(strategy_cfg, target))
 
 
 def raise_if_unknown_settings(cls: type[Proposer], cfg: Mapping[str, Any]) -> None:

@@ -84,9 +84,16 @@ BAD = [
     (["+strategy.kk=3"], "unknown setting(s) ['kk'] for strategy 'draft_model'; allowed: drop_first_drafted_tokens, k, name, one_extra_forward_pass"),
     (["strategy=layer_skip", "strategy.num_layers=5"], "strategy.num_layers=5 for strategy 'layer_skip'; allowed: an integer in 1..1"),
     (["strategy=layer_skip", "engine.backend=transformers"], "layer_skip with engine.backend='transformers'"),
-    (["strategy=eagle"], "eagle checkpoint 'eagle-smollm2-135m' was trained for hidden size 576, vocab 49152 "
-                         "(target 'smollm2-135m'); target 'tiny-llama' has 48, 101"),
-    (["strategy=medusa"], "medusa checkpoint 'medusa-smollm2-135m' was trained for hidden size 576"),
+    (["strategy=eagle", "strategy.checkpoint=eagle-smollm2-135m"],
+     "eagle checkpoint 'eagle-smollm2-135m' was trained for hidden size 576, vocab 49152 "
+     "(target 'smollm2-135m'); target 'tiny-llama' has 48, 101"),
+    (["strategy=medusa", "strategy.checkpoint=medusa-smollm2-135m"],
+     "medusa checkpoint 'medusa-smollm2-135m' was trained for hidden size 576"),
+    # checkpoint=auto on a target with real weights and no shipped head: say so, never fall back to another's
+    (["strategy=eagle", "target=qwen3-8b", "draft=qwen3-0.6b"],
+     "strategy.checkpoint=auto: no eagle checkpoint in specbench/checkpoints/ was trained for target 'qwen3-8b'"),
+    (["strategy=medusa", "target=qwen3-8b", "draft=qwen3-0.6b"],
+     "strategy.checkpoint=auto: no medusa checkpoint in specbench/checkpoints/ was trained for target 'qwen3-8b'"),
     (["strategy=eagle", "target=smollm2-135m", "strategy.checkpoint=eagle-smollm2-135m/no-such-subdir"],
      "strategy.checkpoint='eagle-smollm2-135m/no-such-subdir' does not exist"),
     (["strategy.k=1000"], "= 1008 positions exceeds max_position_embeddings=512 of target 'tiny-llama'"),
@@ -162,6 +169,30 @@ def test_results_record_the_checkpoint_files_loaded_and_their_hash(tmp_path: Pat
     assert report.results["run"]["checkpoint"] == {
         "given": str(tmp_path / "head"), "weights": str(weights), "config": str(weights.with_name("config.json")),
         "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(), "trained_for": "tiny-llama"}
+
+
+@pytest.mark.parametrize("strategy", ["eagle", "medusa"])
+def test_checkpoint_auto_is_a_random_head_for_a_random_target(tmp_path: Path, strategy: str):
+    """The yaml default `checkpoint: auto` on a random-weight target builds an untrained head (the same on every
+    run), records that in results.json, and stays lossless."""
+    runs = [run(cfg(*TINY, f"strategy={strategy}", "strategy.k=2", *FAST, f"+output_dir={tmp_path / str(i)}"))
+            for i in range(2)]
+    record = runs[0].results["run"]["checkpoint"]
+    assert record == {"given": "auto", "random_init": True, "seed": 0, "trained_for": None}
+    assert runs[0].results["exact_match"]["all_equal"]
+    assert [o["output_token_ids"] for o in runs[0].outputs] == [o["output_token_ids"] for o in runs[1].outputs]
+    assert runs[0].results["strategy"]["acceptance_length"] == runs[1].results["strategy"]["acceptance_length"]
+
+
+def test_checkpoint_auto_finds_the_shipped_head_for_its_target():
+    from specbench.models.loading import resolve_spec
+    from specbench.strategies.checkpoints import resolve_checkpoint
+
+    target = resolve_spec({"name": "smollm2-135m"}, "target")
+    assert resolve_checkpoint("auto", "eagle", target) == "eagle-smollm2-135m"
+    assert resolve_checkpoint("auto", "medusa", target) == "medusa-smollm2-135m"
+    assert resolve_checkpoint("auto", "eagle", resolve_spec({"name": "smollm2-135m-random"}, "target")) == "random"
+    assert resolve_checkpoint("/some/dir", "eagle", target) == "/some/dir"
 
 
 def test_same_seed_and_batch_size_give_the_same_sampled_tokens(tmp_path: Path):

@@ -187,7 +187,7 @@ class Proposer(ABC):
         """The settings against the target's sizes known before loading (a preset, a local config.json)."""
 
     @classmethod
-    def checkpoint_record(cls, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+    def checkpoint_record(cls, cfg: Mapping[str, Any], target: Any) -> dict[str, Any] | None:
         """What results.json records of the drafter's checkpoint (files, SHA-256); None without one."""
         return None
 

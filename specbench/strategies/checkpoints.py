@@ -7,6 +7,11 @@ safetensors, or with `torch.load(weights_only=True)`, never by unpickling arbitr
 failure to read a checkpoint is a ConfigError naming the file and what is allowed; validate() reads
 the config and the weights' header, so these fail before any model loads. `checkpoint_record` is
 what results.json records: the files resolved and the weights' SHA-256.
+
+Two names are not paths: `auto` (the default) is the checkpoint shipped for the target in
+specbench/checkpoints/ when there is one, else a random-initialised head when the target itself has
+random weights (a speed study: its acceptance comes from verify.synthetic_*), else an error naming
+the target; `random` is a random-initialised head for any target, built from a fixed seed.
 """
 
 from __future__ import annotations
@@ -29,6 +34,48 @@ WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin")  # looked up, in this 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _WEIGHTS_ALLOWED = ("allowed: a safetensors file, or a torch.save of a dict of tensors (read with "
                     "torch.load(weights_only=True); pickled Python objects are never loaded)")
+
+
+AUTO, RANDOM = "auto", "random"
+RANDOM_HEAD_SEED = 0  # random heads are the same on every run and machine
+
+
+def packaged_for(kind: str, target_label: str) -> str | None:
+    """The name of the checkpoint in specbench/checkpoints/ trained for `target_label` (its config.json's target)."""
+    for d in sorted(PACKAGED.iterdir()) if PACKAGED.is_dir() else ():
+        if d.is_dir() and d.name.startswith(kind) and (d / "config.json").is_file():
+            try:
+                if json.loads((d / "config.json").read_text(encoding="utf-8")).get("target") == target_label:
+                    return d.name
+            except (OSError, ValueError, AttributeError):
+                continue
+    return None
+
+
+def resolve_checkpoint(given: Any, kind: str, target: Any) -> str:
+    """strategy.checkpoint with `auto` resolved for `target` (a ModelSpec): a shipped checkpoint's name, `random`,
+    or the path given. A ConfigError when auto finds nothing for a target with real weights."""
+    if given != AUTO:
+        return given
+    shipped = packaged_for(kind, target.label)
+    if shipped:
+        return shipped
+    if getattr(target, "source", None) == RANDOM:
+        return RANDOM
+    raise ConfigError(f"strategy.checkpoint=auto: no {kind} checkpoint in specbench/checkpoints/ was trained for target "
+                      f"{target.label!r}; allowed: strategy.checkpoint=<directory with model.safetensors and config.json>, "
+                      f"or strategy.checkpoint=random (a random-initialised head: lossless, but it accepts little; for "
+                      f"speed studies with verify.synthetic_*). {TRAIN_HINT.format(kind=kind)}")
+
+
+def random_head(build: Any, target_model: torch.nn.Module) -> Any:
+    """A head from `build()` with weights drawn from RANDOM_HEAD_SEED (the global RNG is left as it was), frozen,
+    on the target's device and dtype."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RANDOM_HEAD_SEED)
+        head = build()
+    emb = target_model.get_input_embeddings().weight
+    return head.to(device=emb.device, dtype=emb.dtype).eval().requires_grad_(False)
 
 
 def _allowed_checkpoints(kind: str) -> str:
@@ -127,9 +174,13 @@ def read_weights(weights: Path) -> dict[str, torch.Tensor]:
     return dict(state)
 
 
-def checkpoint_record(path: str | Path | None, kind: str) -> dict[str, Any]:
+def checkpoint_record(given: str | Path | None, kind: str, target: Any) -> dict[str, Any]:
     """What results.json records of a drafter checkpoint: the path given, the files it resolved to, the target
-    its config.json says it was trained for, and the weights' SHA-256 (so a result names the exact weights)."""
+    its config.json says it was trained for, and the weights' SHA-256 (so a result names the exact weights);
+    for a random head, that it is one and its seed."""
+    path = resolve_checkpoint(given, kind, target)
+    if path == RANDOM:
+        return {"given": str(given), "random_init": True, "seed": RANDOM_HEAD_SEED, "trained_for": None}
     weights, config = checkpoint_files(path, kind)
     digest = hashlib.sha256()
     with open(weights, "rb") as f:
@@ -139,7 +190,7 @@ def checkpoint_record(path: str | Path | None, kind: str) -> dict[str, Any]:
         trained_for = json.loads(config.read_text(encoding="utf-8")).get("target") or None
     except (OSError, ValueError, AttributeError):
         trained_for = None
-    return {"given": str(path), "weights": str(weights), "config": str(config), "weights_sha256": digest.hexdigest(),
+    return {"given": str(given), "weights": str(weights), "config": str(config), "weights_sha256": digest.hexdigest(),
             "trained_for": trained_for}
 
 

@@ -28,6 +28,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -36,8 +37,9 @@ from torch import nn
 
 from specbench.errors import ConfigError
 from specbench.strategies.base import BuildContext, DraftOutput, Proposer
-from specbench.strategies.checkpoints import (check_weights, checkpoint_files, checkpoint_record, raise_if_head_does_not_fit,
-                                              load_head, raise_if_head_does_not_fit_preset, read_checkpoint_config)
+from specbench.strategies.checkpoints import (AUTO, RANDOM, check_weights, checkpoint_files, checkpoint_record, load_head,
+                                              raise_if_head_does_not_fit, raise_if_head_does_not_fit_preset, random_head,
+                                              read_checkpoint_config, resolve_checkpoint)
 
 
 @dataclass
@@ -190,7 +192,7 @@ def read_eagle_config(path: str | Path | None) -> tuple[Path, EagleConfig]:
     return weights, read_checkpoint_config(config, str(path), "eagle", EagleConfig)[1]
 
 
-def raise_if_fuse_layers_out_of_range(cfg: EagleConfig, num_layers: int, target_label: str) -> None:
+def raise_if_fuse_layers_out_of_range(cfg: Any, num_layers: int, target_label: str) -> None:
     if cfg.fuse_layers and max(cfg.fuse_layers) >= num_layers:
         raise ConfigError(f"eagle checkpoint fuses target layers {cfg.fuse_layers}; target {target_label!r} has "
                           f"{num_layers} layers")
@@ -216,11 +218,19 @@ class EagleProposer(Proposer):
     owns_kv_cache = True
     samples = True
 
-    def __init__(self, ctx: BuildContext, k: int, name: str = "eagle", checkpoint: str | None = None,
+    def __init__(self, ctx: BuildContext, k: int, name: str = "eagle", checkpoint: str | None = AUTO,
                  fuse_layers: list[int] | None = None, **options: Any) -> None:
         super().__init__(ctx, k, name, **options)
-        self.head = load_eagle_head(checkpoint, ctx.target.model, ctx.target.spec.label)
-        raise_if_fuse_layers_differ(fuse_layers, self.head.cfg.fuse_layers, checkpoint)
+        target = ctx.target.model
+        checkpoint = resolve_checkpoint(checkpoint, "eagle", ctx.target.spec)
+        if checkpoint == RANDOM:
+            raise_if_fuse_layers_out_of_range(EagleConfig.for_target(target.config, fuse_layers),
+                                              target.config.num_hidden_layers, ctx.target.spec.label)
+            self.head = random_head(lambda: EagleHead(EagleConfig.for_target(target.config, fuse_layers,
+                                                                             ctx.target.spec.label), target), target)
+        else:
+            self.head = load_eagle_head(checkpoint, target, ctx.target.spec.label)
+            raise_if_fuse_layers_differ(fuse_layers, self.head.cfg.fuse_layers, checkpoint)
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:
@@ -228,6 +238,8 @@ class EagleProposer(Proposer):
         fl = cfg.get("fuse_layers")
         if fl is not None and (not isinstance(fl, (list, tuple)) or not all(isinstance(i, int) and i >= 0 for i in fl)):
             raise ConfigError(f"strategy.fuse_layers={fl!r}; allowed: null or a list of target layer indices, e.g. [2, 15, 27]")
+        if cfg.get("checkpoint", AUTO) in (AUTO, RANDOM):  # resolved against the target in validate_for_target
+            return
         weights, head_cfg = read_eagle_config(cfg.get("checkpoint"))
         raise_if_fuse_layers_differ(fl, head_cfg.fuse_layers, cfg.get("checkpoint"))
         check_weights(weights)
@@ -235,14 +247,23 @@ class EagleProposer(Proposer):
     @classmethod
     def validate_for_target(cls, cfg: Mapping[str, Any], target: Any, backend: str) -> None:
         """The checkpoint against the target's sizes known before loading (run.plan calls it)."""
-        _, head_cfg = read_eagle_config(cfg.get("checkpoint"))
-        raise_if_head_does_not_fit_preset("eagle", cfg.get("checkpoint"), head_cfg, target)
-        if (target.known or {}).get("num_hidden_layers"):
-            raise_if_fuse_layers_out_of_range(head_cfg, target.known["num_hidden_layers"], target.label)
+        given = cfg.get("checkpoint", AUTO)
+        path = resolve_checkpoint(given, "eagle", target)
+        layers = (target.known or {}).get("num_hidden_layers")
+        if path == RANDOM:
+            if layers and cfg.get("fuse_layers"):
+                raise_if_fuse_layers_out_of_range(SimpleNamespace(fuse_layers=cfg["fuse_layers"]), layers, target.label)
+            return
+        if given == AUTO:
+            cls.validate({**cfg, "checkpoint": path})
+        _, head_cfg = read_eagle_config(path)
+        raise_if_head_does_not_fit_preset("eagle", path, head_cfg, target)
+        if layers:
+            raise_if_fuse_layers_out_of_range(head_cfg, layers, target.label)
 
     @classmethod
-    def checkpoint_record(cls, cfg: Mapping[str, Any]) -> dict[str, Any]:
-        return checkpoint_record(cfg.get("checkpoint"), "eagle")
+    def checkpoint_record(cls, cfg: Mapping[str, Any], target: Any) -> dict[str, Any]:
+        return checkpoint_record(cfg.get("checkpoint", AUTO), "eagle", target)
 
     def hidden_layers(self) -> tuple[int, ...]:
         return tuple(self.head.cfg.fuse_layers or ())

@@ -25,8 +25,9 @@ from torch import nn
 
 from specbench.errors import ConfigError
 from specbench.strategies.base import BuildContext, DraftOutput, Proposer
-from specbench.strategies.checkpoints import (check_weights, checkpoint_files, checkpoint_record, raise_if_head_does_not_fit,
-                                              load_head, raise_if_head_does_not_fit_preset, read_checkpoint_config)
+from specbench.strategies.checkpoints import (AUTO, RANDOM, check_weights, checkpoint_files, checkpoint_record, load_head,
+                                              raise_if_head_does_not_fit, raise_if_head_does_not_fit_preset, random_head,
+                                              read_checkpoint_config, resolve_checkpoint)
 
 
 @dataclass
@@ -89,15 +90,24 @@ class MedusaProposer(Proposer):
     pass_hidden_states_to_model = True
     drafting = "parallel"  # K heads over one hidden state: one draft forward per step, no cache, no q
 
-    def __init__(self, ctx: BuildContext, k: int, name: str = "medusa", checkpoint: str | None = None,
+    def __init__(self, ctx: BuildContext, k: int, name: str = "medusa", checkpoint: str | None = AUTO,
                  **options: Any) -> None:
         super().__init__(ctx, k, name, **options)
-        self.heads = load_medusa_heads(checkpoint, ctx.target.model, ctx.target.spec.label)
-        raise_if_too_few_heads(k, self.heads.cfg.num_heads, str(checkpoint))
+        target = ctx.target.model
+        checkpoint = resolve_checkpoint(checkpoint, "medusa", ctx.target.spec)
+        if checkpoint == RANDOM:  # untrained heads as Medusa initialises them: identity blocks (each starts as the LM head)
+            cfg = MedusaConfig(hidden_size=target.config.hidden_size, num_heads=k, vocab_size=target.config.vocab_size,
+                               target=ctx.target.spec.label)
+            self.heads = random_head(lambda: MedusaHeads(cfg, target), target)
+        else:
+            self.heads = load_medusa_heads(checkpoint, target, ctx.target.spec.label)
+            raise_if_too_few_heads(k, self.heads.cfg.num_heads, str(checkpoint))
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:
         super().validate(cfg)
+        if cfg.get("checkpoint", AUTO) in (AUTO, RANDOM):  # resolved against the target in validate_for_target
+            return
         weights, mcfg = read_medusa_config(cfg.get("checkpoint"))
         raise_if_too_few_heads(cfg["k"], mcfg.num_heads, str(cfg.get("checkpoint")))
         check_weights(weights)
@@ -105,12 +115,18 @@ class MedusaProposer(Proposer):
     @classmethod
     def validate_for_target(cls, cfg: Mapping[str, Any], target: Any, backend: str) -> None:
         """The checkpoint against the target's sizes known before loading (run.plan calls it)."""
-        _, mcfg = read_medusa_config(cfg.get("checkpoint"))
-        raise_if_head_does_not_fit_preset("medusa", cfg.get("checkpoint"), mcfg, target)
+        given = cfg.get("checkpoint", AUTO)
+        path = resolve_checkpoint(given, "medusa", target)
+        if path == RANDOM:
+            return
+        if given == AUTO:
+            cls.validate({**cfg, "checkpoint": path})
+        _, mcfg = read_medusa_config(path)
+        raise_if_head_does_not_fit_preset("medusa", path, mcfg, target)
 
     @classmethod
-    def checkpoint_record(cls, cfg: Mapping[str, Any]) -> dict[str, Any]:
-        return checkpoint_record(cfg.get("checkpoint"), "medusa")
+    def checkpoint_record(cls, cfg: Mapping[str, Any], target: Any) -> dict[str, Any]:
+        return checkpoint_record(cfg.get("checkpoint", AUTO), "medusa", target)
 
     def draft_forward(self, tokens: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor | None,
                       attn_len: int) -> DraftOutput:

@@ -55,7 +55,8 @@ def test_k_larger_than_heads_is_a_config_error(llama, tmp_path):
 
 def test_missing_checkpoint_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="needs strategy.checkpoint"):
-        MedusaProposer.validate({"name": "medusa", "k": 2})
+        MedusaProposer.validate({"name": "medusa", "k": 2, "checkpoint": None})
+    MedusaProposer.validate({"name": "medusa", "k": 2})  # absent = auto, resolved against the target later
     with pytest.raises(ConfigError, match="missing. does not exist"):
         MedusaProposer.validate({"name": "medusa", "k": 2, "checkpoint": str(tmp_path / "missing")})
 
