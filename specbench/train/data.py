@@ -33,8 +33,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from specbench.data import Prompt, encode_prompt
-from specbench.data.prompts import _read_jsonl
+from specbench.data.base import Prompt, encode_prompt, read_jsonl
 from specbench.errors import ConfigError
 from specbench.models.decoder import DecoderRunner
 
@@ -67,7 +66,7 @@ def training_prompts(path: str | list[str] | tuple[str, ...] | None,
             raise ConfigError(f"data.path={str(file)!r} does not exist; point it at Spec-Bench's question.jsonl, "
                               f"a set written by `python -m specbench.train.prompts`, or any jsonl with a `turns` or "
                               f"`prompt` field (a list of files is allowed)")
-        for row, where, lineno in _read_jsonl(file):  # the prompt sets' reader: jsonl or .jsonl.gz, checked rows
+        for row, where, lineno in read_jsonl(file):  # the prompt sets' reader: jsonl or .jsonl.gz, checked rows
             if row.get("category") in exclude_categories:
                 continue
             if "turns" not in row and "prompt" not in row:
