@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from specbench.models.multimodal import make_draft_runner, raise_if_tokenizers_disagree
+from specbench.models.draft_runner import make_draft_runner, raise_if_tokenizers_disagree
 from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer, raise_if_vocab_too_large
 from specbench.verify import Verdict, logits_to_probs, sample_from
 

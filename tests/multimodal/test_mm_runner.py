@@ -12,7 +12,8 @@ import tiny_vlm as tv
 from specbench.data.images import ImagePrompt
 from specbench.errors import ConfigError
 from specbench.models.decoder import DecoderRunner
-from specbench.models.multimodal import VLMRunner, make_draft_runner, make_vlm_aware_runner
+from specbench.models.draft_runner import make_draft_runner
+from specbench.models.multimodal import VLMRunner, make_vlm_aware_runner
 from specbench.strategies.none import TargetOnly
 
 KINDS = ["qwen2_5_vl", "qwen3_vl"]
