@@ -17,6 +17,7 @@ from specbench.errors import ConfigError
 from specbench.models.cuda_graphs import maybe_graphed
 from specbench.models.decoder import ForwardOutput
 from specbench.models.multimodal import make_vlm_aware_runner
+from specbench.models.runner import Runner
 
 
 class OutOfVocabGuard:
@@ -28,7 +29,7 @@ class OutOfVocabGuard:
     target verifies, and the draft's q is zero there). Everything else is the wrapped runner's.
     """
 
-    def __init__(self, runner: Any, fallback_id: int = 0) -> None:
+    def __init__(self, runner: Runner, fallback_id: int = 0) -> None:
         self.runner = runner
         self.fallback_id = fallback_id
 
@@ -36,7 +37,23 @@ class OutOfVocabGuard:
         tokens = tokens.masked_fill(tokens >= self.runner.vocab_size, self.fallback_id)  # [B, T]
         return self.runner(tokens, positions, *args, **kwargs)
 
-    def __getattr__(self, name: str) -> Any:  # allocate, vocab_size, begin_batch (only if the runner has it) ...
+    # the Runner interface, spelled out: isinstance(_, Runner) looks attributes up statically (Python >= 3.12)
+    @property
+    def vocab_size(self) -> int:
+        return self.runner.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.runner.device
+
+    @property
+    def max_len(self) -> int:
+        return self.runner.max_len
+
+    def allocate(self, batch_size: int, max_len: int) -> None:
+        self.runner.allocate(batch_size, max_len)
+
+    def __getattr__(self, name: str) -> Any:  # begin_batch (only if the runner has it), config, ...
         return getattr(self.__dict__["runner"], name)
 
 
