@@ -199,16 +199,6 @@ def _check_synthetic(settings: dict[str, Any], k: int) -> None:
         raise ConfigError(f"verify.synthetic_per_position={rates!r}; allowed: a list of rates in [0, 1], one per draft position")
 
 
-def _eos_ids(model: LoadedModel) -> set[int]:
-    ids: set[int] = set()
-    for source in (getattr(model.tokenizer, "eos_token_id", None), getattr(model.model.generation_config, "eos_token_id", None)):
-        if isinstance(source, int):
-            ids.add(source)
-        elif isinstance(source, (list, tuple)):
-            ids.update(int(i) for i in source)
-    return ids
-
-
 def _acceptance_rule(device: torch.device, setting: str | bool):
     """The Triton rejection sampler on CUDA (bit-identical to the torch reference), else the reference."""
     if setting not in ("auto", True, False):
@@ -332,7 +322,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
                        device=p.device, backend=p.backend, cuda_graphs=p.cuda_graphs, batch_invariant=p.batch_invariant)
     options = {key: v for key, v in p.strategy_cfg.items() if key != "_target_"}
     proposer = p.strategy_cls(ctx, **options)
-    eos = set() if (cfg.get("engine") or {}).get("ignore_eos", False) else _eos_ids(target)
+    eos = set() if (cfg.get("engine") or {}).get("ignore_eos", False) else target.eos_ids
 
     def engine_for(prop: Proposer) -> Engine:
         return Engine(target_runner, prop, p.verifier(), max_new_tokens=p.max_new_tokens,

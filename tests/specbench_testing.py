@@ -48,6 +48,22 @@ def hf_greedy(model: torch.nn.Module, prompts: list[list[int]], max_new: int) ->
     return outs
 
 
+def assert_runner(runner: object) -> None:
+    """`runner` satisfies specbench.models.runner.Runner as isinstance checks it on this Python, and as Python
+    >= 3.12 does (static lookup, which does not see attributes a __getattr__ delegates)."""
+    import inspect
+
+    from specbench.models.runner import Runner
+
+    assert isinstance(runner, Runner), f"{type(runner).__name__} is not a Runner"
+    members = [name for name in vars(Runner) if name == "__call__" or not name.startswith("_")]
+    assert set(members) == {"vocab_size", "device", "max_len", "allocate", "__call__"}
+    missing = [name for name in members if inspect.getattr_static(runner, name, None) is None]
+    assert not missing, f"{type(runner).__name__} lacks {missing} as class attributes"
+    runner.allocate(2, 9)
+    assert runner.max_len >= 9 and runner.vocab_size > 0 and isinstance(runner.device, torch.device)
+
+
 def chisquare_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
     """Chi-square goodness of fit of token counts [V] to exact probabilities [V], with bins of small
     expected count merged so the test is valid; a token of probability 0 must never be emitted."""

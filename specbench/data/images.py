@@ -21,10 +21,13 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specbench.data.prompts import DatasetConfig, Prompt, _as_id_list, _hf_rows
+from specbench.data.base import Prompt, as_id_list, encode_prompt, hf_rows
 from specbench.errors import ConfigError
+
+if TYPE_CHECKING:  # annotations only: prompts.py's registry imports this module, never the reverse
+    from specbench.data.prompts import DatasetConfig
 
 MMSTAR_HF = ("Lin-Chen/MMStar", "val")
 DEFAULT_NUM_IMAGE_PROMPTS = 24
@@ -150,7 +153,7 @@ def mmstar_source(opts: DatasetConfig) -> Iterator[Prompt]:
     """`dataset=mmstar`: MMStar's 1,500 multiple-choice questions, one image each (needs `datasets` and a hub)."""
     name = opts.hf_name or MMSTAR_HF[0]
     split = opts.split if opts.hf_name else MMSTAR_HF[1]
-    for row, where, i in _hf_rows(name, split):
+    for row, where, i in hf_rows(name, split):
         text, image = row.get(opts.hf_field or "question"), row.get("image")
         if not isinstance(text, str) or image is None:
             raise ConfigError(f"{where} has no question text under {opts.hf_field!r} or no 'image'; MMStar rows have both")
@@ -183,8 +186,6 @@ def encode_mm_prompt(prompt: Prompt, tokenizer: Any, image_processor: Any, model
     """
     images = mm_images(prompt)
     if not images:
-        from specbench.data.prompts import encode_prompt
-
         return encode_prompt(prompt, tokenizer), None
     if image_processor is None:
         raise ConfigError(f"prompt {prompt.id!r} has images but the target has no image processor; use a vision-language target")
@@ -202,12 +203,12 @@ def encode_mm_prompt(prompt: Prompt, tokenizer: Any, image_processor: Any, model
             text = _render(tokenizer, (start + pad + end) * len(images) + prompt.text)
         pieces = text.split(pad)
         text = "".join(piece + pad * n for piece, n in zip(pieces, counts)) + pieces[-1]
-        ids = _as_id_list(tokenizer(text, add_special_tokens=False))
+        ids = as_id_list(tokenizer(text, add_special_tokens=False))
     else:
         ids = []
         for n in counts:
             ids += [start_id] + [image_id] * n + [end_id]
-        ids += _as_id_list(tokenizer(prompt.text, add_special_tokens=True))
+        ids += as_id_list(tokenizer(prompt.text, add_special_tokens=True))
     if ids.count(image_id) != sum(counts):
         raise ConfigError(
             f"prompt {prompt.id!r}: {ids.count(image_id)} image tokens after encoding, expected {sum(counts)} for "

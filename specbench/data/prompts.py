@@ -13,17 +13,13 @@ Contract:
 - Multi-turn sets (MT-Bench, Spec-Bench) give one user turn, `turn` (0 = first), as a single-turn
   request: the earlier turns and answers are not included.
 - Every problem is a `ConfigError` raised before a model loads, saying what was given and which
-  `dataset.*` setting to change. `encode_prompt` applies the tokenizer's chat template when the
+  `dataset.*` setting to change. `encode_prompt` (specbench.data.base) applies the tokenizer's chat template when the
   prompt asks for it; `check_prompt_lengths` proves every request fits the model's context.
 """
 
 from __future__ import annotations
 
-import gzip
-import importlib
 import itertools
-import json
-import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +28,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from specbench._cache import cache_dir, extract_member, fetch_wheel
+from specbench.data.base import Prompt
+from specbench.data.base import hf_rows as _hf_rows
+from specbench.data.base import read_jsonl as _read_jsonl
 from specbench.errors import ConfigError, unknown
 
 BUILTIN_PATH = Path(__file__).with_name("builtin.jsonl")
@@ -45,16 +44,6 @@ SPEC_BENCH_HINT = (
     "Spec-Bench's prompts are data/spec_bench/question.jsonl in the Spec-Bench repository "
     "(github.com/hemingkx/Spec-Bench); point dataset.path (or $SPECBENCH_SPEC_BENCH) at that file"
 )
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One request of a prompt set."""
-
-    id: str  # stable across runs, e.g. "mt-bench/81", "humaneval/HumanEval/0"
-    text: str  # the user turn fed to the model
-    category: str | None = None  # MT-Bench / Spec-Bench category; "code" for HumanEval
-    chat: bool = True  # apply the tokenizer's chat template when it has one (HumanEval: raw completion)
 
 
 @dataclass(frozen=True)
@@ -106,18 +95,6 @@ def load_prompts(cfg: Mapping[str, Any]) -> list[Prompt]:
             raise ConfigError(f"dataset {opts.name!r} has two prompts with id {p.id!r}; prompt ids must be unique")
         seen.add(p.id)
     return prompts
-
-
-def encode_prompt(prompt: Prompt, tokenizer: Any) -> list[int]:
-    """Token ids of one request: chat-templated (with the assistant's generation prompt) when
-    `prompt.chat` and the tokenizer has a chat template, else plain with the tokenizer's special tokens."""
-    if prompt.chat and getattr(tokenizer, "chat_template", None):
-        out = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt.text}], add_generation_prompt=True, tokenize=True
-        )
-    else:
-        out = tokenizer(prompt.text, add_special_tokens=True)
-    return _as_id_list(out)
 
 
 def check_prompt_lengths(
@@ -257,48 +234,6 @@ def _existing_file(path: str | None, what: str, how: str) -> Path:
     return resolved
 
 
-def _read_jsonl(path: Path) -> Iterator[tuple[dict[str, Any], str, int]]:
-    """(row, "file:line", line number) for each non-blank line; gzip when the name ends in .gz. Every failure to
-    read the file (not UTF-8, a broken gzip stream, unreadable) is a ConfigError naming the file and the line."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    lineno = 0
-    try:
-        with opener(path, "rb") as f:
-            for lineno, raw in enumerate(f, start=1):
-                where = f"{path}:{lineno}"
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise ConfigError(f"{where} is not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); a jsonl "
-                                      f"prompt file holds one JSON object per line, UTF-8 encoded: re-save it as UTF-8") from None
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ConfigError(f"{where} is not valid JSON ({e.msg}); a jsonl file holds one JSON object per line") from e
-                if not isinstance(row, dict):
-                    raise ConfigError(f"{where} holds a {type(row).__name__}, not a JSON object")
-                yield row, where, lineno
-    except (OSError, EOFError, zlib.error) as e:  # unreadable, or a broken/truncated gzip stream (BadGzipFile is an OSError)
-        gz = " gzip-compressed" if path.suffix == ".gz" else ""
-        raise ConfigError(f"{path} could not be read after line {lineno} ({type(e).__name__}: {e}); allowed: a{gz} jsonl "
-                          f"file, one UTF-8 JSON object per line") from None
-
-
-def _hf_rows(hf_name: str, split: str) -> Iterator[tuple[dict[str, Any], str, int]]:
-    """(row, "name[split]:index", index) for each row. Loads eagerly, so errors raise here."""
-    try:
-        datasets = importlib.import_module("datasets")  # optional: not a dependency of specbench
-    except ModuleNotFoundError as e:
-        raise ConfigError(f"loading the HF dataset {hf_name!r} needs the `datasets` package: pip install datasets") from e
-    try:
-        ds = datasets.load_dataset(hf_name, split=split)
-    except Exception as e:  # no network, no such dataset or split: say which setting to check
-        raise ConfigError(f"could not load the HF dataset {hf_name!r} split {split!r} (dataset.hf_name, dataset.split): {e}") from e
-    return ((dict(row), f"{hf_name}[{split}]:{i}", i) for i, row in enumerate(ds))
-
-
 def _text(row: Mapping[str, Any], field: str, where: str, setting: str, turn: int = 0) -> str:
     """The prompt text under `field`; a list value (e.g. "turns") gives its element `turn`."""
     if field not in row:
@@ -330,17 +265,3 @@ def _row_prompt(row: Mapping[str, Any], where: str, field: str, setting: str, tu
     pid = next((row[k] for k in ("id", "question_id") if row.get(k) is not None), default_id)
     category = row.get("category")
     return Prompt(id=str(pid), text=text, category=None if category is None else str(category))
-
-
-def _as_id_list(out: Any) -> list[int]:
-    """Plain list[int] from what a tokenizer returns: BatchEncoding/dict, tensor, list, or [[...]]."""
-    if isinstance(out, Mapping) or hasattr(out, "keys"):
-        out = out["input_ids"]
-    if hasattr(out, "tolist"):
-        out = out.tolist()
-    out = list(out)
-    if out and isinstance(out[0], (list, tuple)):
-        if len(out) != 1:
-            raise ValueError(f"expected the ids of one sequence, got a batch of {len(out)}")
-        out = list(out[0])
-    return [int(i) for i in out]

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from specbench.models.decoder import DECODE_KERNEL_MAX_T, DecoderRunner, ForwardOutput
+from specbench.models.runner import Runner
 
 BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256)
 SLOT_ROUND = 128  # cache slots are allocated in multiples of this (+1 scratch slot), so batches reuse graphs
@@ -178,7 +179,7 @@ class GraphedRunner:
         return g
 
 
-def maybe_graphed(runner: Any, enabled: bool, capture: bool | None = None) -> Any:
+def maybe_graphed(runner: Runner, enabled: bool, capture: bool | None = None) -> Runner:
     """`runner` under CUDA graphs when `enabled` and it is our DecoderRunner; unchanged otherwise.
 
     enabled on the CPU runs GraphedRunner's code path eagerly (capture only happens on CUDA)."""

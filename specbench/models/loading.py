@@ -160,6 +160,18 @@ class LoadedModel:
     def vocab_size(self) -> int:
         return int(self.model.get_output_embeddings().weight.shape[0])
 
+    @property
+    def eos_ids(self) -> set[int]:
+        """Every id that ends a response: the tokenizer's EOS and the generation config's (one id or a list)."""
+        ids: set[int] = set()
+        for source in (getattr(self.tokenizer, "eos_token_id", None),
+                       getattr(self.model.generation_config, "eos_token_id", None)):
+            if isinstance(source, int):
+                ids.add(source)
+            elif isinstance(source, (list, tuple)):
+                ids.update(int(i) for i in source)
+        return ids
+
 
 def load_model(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype) -> LoadedModel:
     """Load weights and tokenizer for `spec` onto `device` in `dtype`."""

@@ -71,59 +71,6 @@ def make_vlm_aware_runner(hf_model: nn.Module, backend: str = "auto", num_layers
     return VLMRunner(hf_model)
 
 
-class OutOfVocabGuard:
-    """A draft runner that maps ids outside its own vocabulary to `fallback_id` before each forward.
-
-    A draft with a smaller vocabulary than the target's (Qwen3-0.6B 151936 < Qwen2.5-VL 152064) still
-    has to ingest every committed token, and the target may emit an id the draft cannot embed. The
-    draft only proposes; what it reads for such an id changes its guesses, never the output (the
-    target verifies, and the draft's q is zero there). Everything else is the wrapped runner's.
-    """
-
-    def __init__(self, runner: Any, fallback_id: int = 0) -> None:
-        self.runner = runner
-        self.fallback_id = fallback_id
-
-    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, *args: Any, **kwargs: Any) -> ForwardOutput:
-        tokens = tokens.masked_fill(tokens >= self.runner.vocab_size, self.fallback_id)  # [B, T]
-        return self.runner(tokens, positions, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:  # allocate, vocab_size, begin_batch (only if the runner has it) ...
-        return getattr(self.__dict__["runner"], name)
-
-
-def make_draft_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None,
-                      graphs: bool = False, batch_invariant: bool = True) -> OutOfVocabGuard:
-    """The draft's runner, chosen from the DRAFT's own config (under CUDA graphs when `graphs` and it is
-    our decoder), guarded against target-only ids."""
-    from specbench.models.cuda_graphs import maybe_graphed
-
-    pad = getattr(getattr(hf_model.config, "text_config", hf_model.config), "pad_token_id", None)
-    runner = maybe_graphed(make_vlm_aware_runner(hf_model, backend, num_layers, batch_invariant), graphs)
-    return OutOfVocabGuard(runner, pad if isinstance(pad, int) and 0 <= pad < runner.vocab_size else 0)
-
-
-def raise_if_tokenizers_disagree(draft_tok: Any, target_tok: Any, draft_name: str, target_name: str) -> None:
-    """Refuse a draft whose tokenizer maps a shared id (< both tokenizers' sizes) to a different token.
-
-    Drafting with a smaller vocabulary is lossless only if every id the draft emits means the same
-    token to the target. Tokenizers without an id -> token table (the byte stand-in of random
-    presets) are not compared.
-    """
-    if draft_tok is target_tok or not all(hasattr(t, "convert_ids_to_tokens") for t in (draft_tok, target_tok)):
-        return
-    n = min(len(draft_tok), len(target_tok))
-    ids = list(range(n))
-    a, b = draft_tok.convert_ids_to_tokens(ids), target_tok.convert_ids_to_tokens(ids)
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            raise ConfigError(
-                f"draft {draft_name!r} and target {target_name!r} tokenizers disagree on id {i}: draft has {x!r}, "
-                f"target has {y!r} (first of the {n} shared ids to differ); draft_model needs the same token for every "
-                f"shared id. Pick a draft of the target's tokenizer family (e.g. Qwen3 for Qwen2.5-VL / Qwen3-VL)"
-            )
-
-
 def image_processor_for(model: Any) -> Any | None:
     """The image processor of a loaded model (specbench.models.loading.LoadedModel); None for a text model.
 

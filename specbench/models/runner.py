@@ -1,12 +1,15 @@
 """Runners: a forward over [B, T] new tokens at per-row positions, over a per-row static cache.
 
 `make_runner` picks our own decoder (specbench.models.decoder) for the Llama / Qwen2 / Qwen3 family
-and falls back to `TransformersRunner` for any other causal LM. Both have one interface:
-allocate(batch_size, max_len), forward(tokens, positions, attn_len, logits_at, want_hidden,
-hidden_layers) -> ForwardOutput, vocab_size, device.
+and falls back to `TransformersRunner` for any other causal LM. Every runner, these two, the
+CUDA-graphed decoder (models.cuda_graphs), the VLM runner (models.multimodal) and the draft's
+guarded runner (models.draft_runner), has the one interface the engine and the strategies call:
+`Runner`.
 """
 
 from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -15,6 +18,38 @@ from specbench.errors import unknown
 from specbench.models.decoder import SUPPORTED_ARCHS, DecoderRunner, ForwardOutput
 
 BACKENDS = ("auto", "native", "transformers")
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """A forward over [B, T] new tokens at per-row positions, over a per-row static cache (slot == position).
+
+    A multimodal runner also has `begin_batch(prompts, mm_inputs)`, which the engine calls when present.
+    """
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def max_len(self) -> int:
+        """Cache slots per row (0 before the first allocate)."""
+        ...
+
+    def allocate(self, batch_size: int, max_len: int) -> None:
+        """Size the cache for `batch_size` rows of `max_len` slots (reused when it already fits)."""
+
+    def __call__(
+        self,
+        tokens: torch.Tensor,  # [B, T] int64
+        positions: torch.Tensor,  # [B, T] int64, each row's own positions
+        attn_len: int | None = None,  # attend over slots [0, attn_len): any bound > every position
+        logits_at: torch.Tensor | None = None,  # [B, T'] columns of T to return logits for; None = all
+        want_hidden: bool = False,  # return the final-norm hidden states [B, T, H]
+        hidden_layers: tuple[int, ...] = (),  # and these layers' outputs [B, T, H] each
+    ) -> ForwardOutput: ...
 
 
 class TransformersRunner(nn.Module):

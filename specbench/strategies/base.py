@@ -296,7 +296,7 @@ class Proposer(ABC):
     def _keep_features(self, state: DecodeState) -> None:
         """pass_hidden_states_to_model: store the last target forward's features at their positions (prefill: the
         prompt; verify: the pending token and the drafts, those past a row's prefix overwritten before read)."""
-        if not self.pass_hidden_states_to_model:
+        if not self.pass_hidden_states_to_model or self.drafting == "lookup":  # a lookup reads DecodeState itself
             return
         assert state.target_positions is not None
         f = self.target_features(state.target_hidden, state.target_layer_hidden)  # [B, T, H]

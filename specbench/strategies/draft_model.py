@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specbench.models.multimodal import make_draft_runner, raise_if_tokenizers_disagree
+from specbench.models.draft_runner import make_draft_runner, raise_if_tokenizers_disagree
 from specbench.strategies.base import BuildContext, Proposer, raise_if_vocab_too_large
 
 

@@ -9,12 +9,14 @@ committed drafters were also trained on a prompt set the target wrote itself
 (specbench.train.prompts: magpie requests and python-stdlib code completions, checked free of
 MT-Bench and HumanEval text). Prompts longer than `max_prompt_tokens` are left out. For every
 prompt the target writes `samples` responses (the first greedy, the rest sampled at
-`temperature`) with our DecoderRunner, and the same forwards give, for every position fed to the
-target, its final-norm hidden state, the outputs of the layers asked for (EAGLE-3 fusion) and its
-top-1 prediction. Everything is cached under the output directory as shards
-(`distill-<key>.shards/NNNN.pt`, fp16 features, loaded with weights_only=True), so reruns and
-resumes skip it. Shards are generated in a seeded random order, so `data.max_shards=N` (or a run
-cut by `data.time_budget_s`, which prints the N it reached) trains on a random subset of prompts.
+`temperature`), decoded by specbench's Engine (strategy none, over our DecoderRunner), so every
+token is drawn by the Verifier that every strategy shares; the same forwards give, for every
+position fed to the target, its final-norm hidden state, the outputs of the layers asked for
+(EAGLE-3 fusion) and its top-1 prediction (`FeatureRecorder`). Everything is cached under the
+output directory as shards (`distill-<key>.shards/NNNN.pt`, fp16 features, loaded with
+weights_only=True), so reruns and resumes skip it. Shards are generated in a seeded random order,
+so `data.max_shards=N` (or a run cut by `data.time_budget_s`, which prints the N it reached)
+trains on a random subset of prompts.
 
 One sequence = prompt + response, x_0 .. x_{N-1}; features f_0 .. f_{N-2} (x_{N-1} is never fed).
 """
@@ -22,7 +24,6 @@ One sequence = prompt + response, x_0 .. x_{N-1}; features f_0 .. f_{N-2} (x_{N-
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import time
@@ -33,13 +34,23 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from specbench.data import Prompt, encode_prompt
-from specbench.data.prompts import _read_jsonl
+from specbench.data.base import Prompt, encode_prompt, read_jsonl
+from specbench.engine import Engine
 from specbench.errors import ConfigError
 from specbench.models.decoder import DecoderRunner
+from specbench.models.loading import LoadedModel
+from specbench.models.runner import Runner
+from specbench.strategies.base import BuildContext, DecodeState
+from specbench.strategies.none import TargetOnly
+from specbench.verify import SamplingParams, Verdict, Verifier
 
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 DEFAULT_SPEC_BENCH = "../shared/data/spec_bench/question.jsonl"  # relative to the cwd, as conf/dataset/spec-bench.yaml
+# in the cache key. 2: responses decoded by specbench.engine, every token drawn by its Verifier. 1 (not named in the
+# key): data.py's own decode loop with torch.multinomial, whose shards hold other samples at T > 0 and are not reused;
+# the committed drafters (specbench/checkpoints/) were trained on version 1, greedy responses only (data.samples=1)
+DATA_VERSION = 2
+TOP1_ROWS = 1024  # positions per LM-head call when recording top-1 (bounds the [rows, V] logits in memory)
 
 
 @dataclass
@@ -67,7 +78,7 @@ def training_prompts(path: str | list[str] | tuple[str, ...] | None,
             raise ConfigError(f"data.path={str(file)!r} does not exist; point it at Spec-Bench's question.jsonl, "
                               f"a set written by `python -m specbench.train.prompts`, or any jsonl with a `turns` or "
                               f"`prompt` field (a list of files is allowed)")
-        for row, where, lineno in _read_jsonl(file):  # the prompt sets' reader: jsonl or .jsonl.gz, checked rows
+        for row, where, lineno in read_jsonl(file):  # the prompt sets' reader: jsonl or .jsonl.gz, checked rows
             if row.get("category") in exclude_categories:
                 continue
             if "turns" not in row and "prompt" not in row:
@@ -83,76 +94,85 @@ def cache_key(**parts: Any) -> str:
     return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+class FeatureRecorder(TargetOnly):
+    """Target-only decoding that keeps, for every position fed to the target, what distillation needs.
+
+    Because it sets `pass_hidden_states_to_model`, the engine gives it every target forward's final-norm
+    hidden states, asked layer outputs and positions (DecodeState.target_*): the prefill's in start(),
+    each step's in commit(). They are written by position, so a later forward at a position overwrites
+    an earlier one: the right-padded prefill's pad slots are overwritten by the steps that feed the row's
+    real tokens there, and a finished row (kept in the batch) re-feeds only its last token, which is
+    never a feature. Top-1 is the argmax of the LM head over the recorded hidden state, the product the
+    runner makes its logits with (the engine asks the prefill for the last position's logits only).
+    """
+
+    pass_hidden_states_to_model = True
+
+    def __init__(self, ctx: BuildContext, layers: tuple[int, ...]) -> None:
+        super().__init__(ctx)
+        self.layers = tuple(layers)
+        self.lm_head = ctx.target.model.get_output_embeddings()
+        self.hidden = self.layer_hidden = self.top1 = torch.empty(0)
+
+    def hidden_layers(self) -> tuple[int, ...]:
+        return self.layers
+
+    def start(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
+        bsz, size, dim, dev = state.batch_size, state.max_len, prefill_hidden.shape[-1], state.tokens.device
+        self.hidden = torch.zeros((bsz, size, dim), dtype=torch.float16, device=dev)  # [B, S, H]
+        self.layer_hidden = torch.zeros((bsz, size, len(self.layers), dim), dtype=torch.float16, device=dev)  # [B, S, L, H]
+        self.top1 = torch.zeros((bsz, size), dtype=torch.long, device=dev)  # [B, S]
+        self._record(state)
+
+    def commit(self, state: DecodeState, verdict: Verdict, accepted: list[int], old_lengths: list[int]) -> None:
+        self._record(state)
+
+    def _record(self, state: DecodeState) -> None:
+        pos = state.target_positions  # [B, T]
+        rows = torch.arange(pos.shape[0], device=pos.device)[:, None]  # [B, 1]
+        hidden = state.target_hidden  # [B, T, H]
+        self.hidden[rows, pos] = hidden.half()
+        if self.layers:
+            self.layer_hidden[rows, pos] = torch.stack(state.target_layer_hidden, 2).half()  # [B, T, L, H]
+        flat = hidden.reshape(-1, hidden.shape[-1])  # the LM head over at most TOP1_ROWS positions at a time
+        top1 = torch.cat([self.lm_head(chunk).argmax(-1) for chunk in flat.split(TOP1_ROWS)])
+        self.top1[rows, pos] = top1.view(pos.shape)
+
+
 @torch.inference_mode()
-def generate_distillation(runner: DecoderRunner, prompt_ids: list[list[int]], *, max_new_tokens: int, samples: int,
-                          temperature: float, batch_size: int, layers: tuple[int, ...], eos_ids: set[int], seed: int,
-                          progress: bool = True) -> DistillData:
-    """The target's responses (sample 0 greedy, others at `temperature`) with its features, batched."""
-    g = torch.Generator(device=runner.device).manual_seed(seed)
-    jobs = [(ids, s) for s in range(samples) for ids in prompt_ids]
-    data = DistillData([], [], [], [], [], tuple(layers))
+def generate_distillation(target: LoadedModel, runner: Runner, prompt_ids: list[list[int]], *, max_new_tokens: int,
+                          samples: int, temperature: float, batch_size: int, layers: tuple[int, ...], eos_ids: set[int],
+                          seed: int, progress: bool = True) -> DistillData:
+    """The target's responses (sample 0 greedy, the others at `temperature`) with its features, batched.
+
+    Decoded by the Engine with strategy none, so every token is drawn by a Verifier (verify.logits_to_probs,
+    sample_from), the sampler every strategy is tested with. One Verifier seeded with `seed` draws all
+    the sampled responses of the call, batch after batch.
+    """
     dev = runner.device
-    bar = tqdm(total=len(jobs), desc="distill", unit="seq", disable=not progress, mininterval=2.0)
-    for start in range(0, len(jobs), batch_size):
-        batch = jobs[start : start + batch_size]
-        bsz, plens = len(batch), [len(ids) for ids, _ in batch]
-        pmax, total = max(plens), max(plens) + max_new_tokens
-        temps = torch.tensor([temperature if s > 0 else 0.0 for _, s in batch], device=dev)[:, None]
-        tokens = torch.zeros((bsz, total), dtype=torch.long, device=dev)
-        for b, (ids, _) in enumerate(batch):
-            tokens[b, : len(ids)] = torch.tensor(ids)
-        hid = torch.zeros((bsz, total, runner.config.hidden_size), dtype=torch.float16, device=dev)
-        lay = torch.zeros((bsz, total, len(layers), runner.config.hidden_size), dtype=torch.float16, device=dev)
-        top1 = torch.zeros((bsz, total), dtype=torch.long, device=dev)
-        runner.allocate(bsz, total)
-        rows = torch.arange(bsz, device=dev)
-
-        def pick(logits: torch.Tensor) -> torch.Tensor:  # [B, V] -> [B]
-            greedy = logits.argmax(-1)
-            probs = torch.softmax(logits / temps.clamp(min=1e-5), -1)
-            sampled = torch.multinomial(probs, 1, generator=g)[:, 0]
-            return torch.where(temps[:, 0] > 0, sampled, greedy)
-
-        positions = torch.arange(pmax, device=dev).expand(bsz, pmax)
-        out = runner(tokens[:, :pmax], positions, attn_len=pmax, want_hidden=True, hidden_layers=tuple(layers))
-        hid[:, :pmax] = out.hidden.half()
-        if layers:
-            lay[:, :pmax] = torch.stack(out.layer_hidden, 2).half()
-        top1[:, :pmax] = out.logits.argmax(-1)
-        lengths = torch.tensor(plens, device=dev)
-        nxt = pick(out.logits[rows, lengths - 1])
-        tokens[rows, lengths] = nxt
-        lengths = lengths + 1
-        done = torch.zeros(bsz, dtype=torch.bool, device=dev)
-        ends = torch.full((bsz,), total, device=dev)
-        for _ in range(max_new_tokens - 1):
-            done |= torch.isin(nxt, torch.tensor(sorted(eos_ids), device=dev)) if eos_ids else done
-            ends = torch.where(done & (ends == total), lengths, ends)
-            if bool(done.all()):
-                break
-            pos = (lengths - 1)[:, None]
-            out = runner(tokens.gather(1, pos), pos, attn_len=int(lengths.max()), want_hidden=True, hidden_layers=tuple(layers))
-            hid[rows, pos[:, 0]] = out.hidden[:, 0].half()
-            if layers:
-                lay[rows, pos[:, 0]] = torch.stack(out.layer_hidden, 2)[:, 0].half()
-            top1[rows, pos[:, 0]] = out.logits[:, 0].argmax(-1)
-            nxt = pick(out.logits[:, 0])
-            tokens[rows, lengths.clamp(max=total - 1)] = torch.where(done, tokens[rows, lengths.clamp(max=total - 1)], nxt)
-            lengths = torch.where(done, lengths, lengths + 1)
-        ends = torch.minimum(torch.where(ends == total, lengths, ends), torch.full_like(ends, total))
-        for b in range(bsz):
-            n = int(ends[b])
-            data.tokens.append(tokens[b, :n].cpu())
-            data.prompt_lengths.append(plens[b])
-            data.hidden.append(hid[b, : n - 1].cpu())
-            data.layer_hidden.append(lay[b, : n - 1].cpu())
-            data.top1.append(top1[b, : n - 1].cpu())
-        bar.update(bsz)
+    ctx = BuildContext(target=target, target_runner=runner, draft=None, sampling=SamplingParams(), device=dev)
+    recorder = FeatureRecorder(ctx, layers)
+    greedy, sampled = (Engine(runner, recorder, Verifier(params, dev), max_new_tokens=max_new_tokens, eos_ids=eos_ids,
+                              device=dev) for params in (SamplingParams(), SamplingParams(temperature=temperature, seed=seed)))
+    data = DistillData([], [], [], [], [], tuple(layers))
+    bar = tqdm(total=samples * len(prompt_ids), desc="distill", unit="seq", disable=not progress, mininterval=2.0)
+    for s in range(samples):
+        for start in range(0, len(prompt_ids), batch_size):
+            batch = prompt_ids[start : start + batch_size]
+            rows, _ = (greedy if s == 0 else sampled).generate(batch)
+            for b, (ids, row) in enumerate(zip(batch, rows)):
+                n = len(ids) + len(row.output_ids)
+                data.tokens.append(torch.tensor(ids + row.output_ids, dtype=torch.long))
+                data.prompt_lengths.append(len(ids))
+                data.hidden.append(recorder.hidden[b, : n - 1].cpu())
+                data.layer_hidden.append(recorder.layer_hidden[b, : n - 1].cpu())
+                data.top1.append(recorder.top1[b, : n - 1].cpu())
+            bar.update(len(batch))
     bar.close()
     return data
 
 
-def load_or_generate(out_dir: Path, target: Any, target_name: str, data_cfg: dict[str, Any], layers: tuple[int, ...],
+def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_cfg: dict[str, Any], layers: tuple[int, ...],
                      eos_ids: set[int], seed: int, progress: bool = True) -> DistillData:
     """The cached distillation set for these settings, generating it once."""
     prompts = training_prompts(data_cfg.get("path"), tuple(data_cfg.get("exclude_categories") or MT_BENCH_CATEGORIES),
@@ -162,12 +182,11 @@ def load_or_generate(out_dir: Path, target: Any, target_name: str, data_cfg: dic
     ids = [ids[i] for i in keep]
     if not ids:
         raise ConfigError(f"no training prompt is <= data.max_prompt_tokens={data_cfg.get('max_prompt_tokens')} tokens")
-    key = cache_key(target=target_name, ids=ids, layers=layers, seed=seed,
+    key = cache_key(version=DATA_VERSION, target=target_name, ids=ids, layers=layers, seed=seed,
                     **{k: data_cfg.get(k) for k in ("max_new_tokens", "samples", "temperature")})
     t0 = time.perf_counter()
     # the torch path of our decoder (its CUDA kernels are for decoding speed, not needed here)
-    opts = {"use_kernels": False} if "use_kernels" in inspect.signature(DecoderRunner).parameters else {}
-    runner = DecoderRunner(target.model, **opts)
+    runner = DecoderRunner(target.model, use_kernels=False)
     # a shard = one batch of similar-length prompts (little padding), saved on its own, so an interrupted
     # run resumes where it stopped. Shards are made in a seeded random order: a prefix of that order
     # (`data.max_shards`, or where `data.time_budget_s` stopped) is a random subset of the prompts.
@@ -187,7 +206,7 @@ def load_or_generate(out_dir: Path, target: Any, target_name: str, data_cfg: dic
                 print(f"distillation: data.time_budget_s={budget} reached after {n_done} of {n_shards} shards; "
                       f"training on those (reproduce with data.max_shards={n_done})", flush=True)
                 break
-            part = generate_distillation(runner, [ids[i] for i in by_length[s * bsz : (s + 1) * bsz]],
+            part = generate_distillation(target, runner, [ids[i] for i in by_length[s * bsz : (s + 1) * bsz]],
                                          max_new_tokens=int(data_cfg.get("max_new_tokens", 128)),
                                          samples=int(data_cfg.get("samples", 1)),
                                          temperature=float(data_cfg.get("temperature", 0.7)), batch_size=bsz,

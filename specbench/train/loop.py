@@ -158,10 +158,8 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     trainer.module.to(device).train()
 
     # 2) distillation data (cached), a held-out slice for validation
-    from specbench.run import _eos_ids
-
     data = load_or_generate(Path(d.get("cache_dir") or out_dir), target, target_spec.label, d, layers,
-                            _eos_ids(target), seed)
+                            target.eos_ids, seed)
     # hold out whole prompts (every response to them), so validation measures generalisation, not recall
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, (tokens, plen) in enumerate(zip(data.tokens, data.prompt_lengths)):

@@ -86,7 +86,6 @@ def synthesize_magpie(target, num: int, *, max_new_tokens: int = 128, temperatur
 
     from specbench.engine import Engine
     from specbench.models.runner import make_runner
-    from specbench.run import _eos_ids
     from specbench.strategies.base import BuildContext
     from specbench.strategies.none import TargetOnly
     from specbench.verify import SamplingParams, Verifier
@@ -98,7 +97,7 @@ def synthesize_magpie(target, num: int, *, max_new_tokens: int = 128, temperatur
     ctx = BuildContext(target=target, target_runner=runner, draft=None, sampling=sampling, device=device)
     # one Verifier for the whole set: every batch continues the same seeded noise stream
     engine = Engine(runner, TargetOnly(ctx), Verifier(sampling, device), max_new_tokens=max_new_tokens,
-                    eos_ids=_eos_ids(target), device=device)
+                    eos_ids=target.eos_ids, device=device)
     seen: set[str] = set()
     out: list[Prompt] = []
     drawn = 0

@@ -10,7 +10,8 @@ import tiny_vlm as tv
 
 from specbench.errors import ConfigError
 from specbench.models.decoder import DecoderRunner
-from specbench.models.multimodal import VLMRunner, raise_if_tokenizers_disagree
+from specbench.models.draft_runner import raise_if_tokenizers_disagree
+from specbench.models.multimodal import VLMRunner
 from specbench.strategies.draft_model import DraftModelProposer
 
 KINDS = ["qwen2_5_vl", "qwen3_vl"]

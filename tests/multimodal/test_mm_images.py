@@ -12,9 +12,10 @@ import torch
 import tiny_vlm as tv
 from omegaconf import OmegaConf
 
+from specbench.data import Prompt, encode_prompt
 from specbench.data.images import (ImagePrompt, encode_mm_prompt, encode_mm_prompts, images_source, mm_images,
                                    mmstar_source, synthetic_image_prompts)
-from specbench.data.prompts import DatasetConfig, Prompt, encode_prompt
+from specbench.data.prompts import DatasetConfig
 from specbench.errors import ConfigError
 from specbench.models.loading import ByteTokenizer, LoadedModel, ModelSpec
 from specbench.models.multimodal import image_processor_for

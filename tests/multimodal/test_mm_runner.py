@@ -9,10 +9,12 @@ import pytest
 import torch
 import tiny_vlm as tv
 
+from specbench_testing import assert_runner
 from specbench.data.images import ImagePrompt
 from specbench.errors import ConfigError
 from specbench.models.decoder import DecoderRunner
-from specbench.models.multimodal import VLMRunner, make_draft_runner, make_vlm_aware_runner
+from specbench.models.draft_runner import make_draft_runner
+from specbench.models.multimodal import VLMRunner, make_vlm_aware_runner
 from specbench.strategies.none import TargetOnly
 
 KINDS = ["qwen2_5_vl", "qwen3_vl"]
@@ -95,6 +97,13 @@ def test_the_runner_is_chosen_from_the_models_own_config():
     fake = SimpleNamespace(config=SimpleNamespace(model_type="llava", vision_config=object()))
     with pytest.raises(ConfigError, match="'llava' is a vision-language model.*allowed: qwen2_vl, qwen2_5_vl, qwen3_vl"):
         make_vlm_aware_runner(fake)
+
+
+def test_the_vlm_runners_are_runners():
+    """models.runner.Runner: the VLM runner and a VLM draft's guarded runner (the text runners: tests/models)."""
+    vlm = tv.vlm()
+    for runner in (VLMRunner(vlm.model), make_draft_runner(vlm.model)):
+        assert_runner(runner)
 
 
 def test_a_placeholder_count_that_does_not_match_the_images_is_a_clear_error():

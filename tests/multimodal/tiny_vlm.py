@@ -232,7 +232,7 @@ def draft_proposer(ctx, k: int):
     """DraftModelProposer whose runner is chosen from the draft's own config (make_draft_runner).
 
     Until draft_model.py calls make_draft_runner itself, the test sets it here (the same one line)."""
-    from specbench.models.multimodal import make_draft_runner
+    from specbench.models.draft_runner import make_draft_runner
     from specbench.strategies.draft_model import DraftModelProposer
 
     prop = DraftModelProposer(ctx, k=k)

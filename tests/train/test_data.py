@@ -1,0 +1,93 @@
+"""Distillation data (specbench.train.data) comes from the engine: greedy responses equal transformers' own
+greedy decoding, the recorded features equal one full-sequence forward at every position, and sampled
+responses are drawn by the Verifier's sampler (a fake sampler shows through; counts follow p at T)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specbench_testing import chisquare_pvalue, hf_greedy, ragged_prompts, tiny
+from specbench import verify
+from specbench.models.runner import make_runner
+from specbench.train.data import generate_distillation
+
+PROMPTS = (5, 9, 3, 12)  # ragged; in batches of 3, so one batch is partial
+NEW = 6
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny("tiny-llama")
+
+
+def _distil(target, prompts, **overrides):
+    opts = dict(max_new_tokens=NEW, samples=2, temperature=0.8, batch_size=3, layers=(0, 1), eos_ids=set(), seed=0,
+                progress=False)
+    return generate_distillation(target, make_runner(target.model), prompts, **{**opts, **overrides})
+
+
+def _reference(model, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One forward over the whole sequence: final-norm hidden [N, H], each layer's output [N, L, H], logits [N, V]."""
+    outputs = []
+    hooks = [layer.register_forward_hook(lambda m, a, out: outputs.append(out[0] if isinstance(out, tuple) else out))
+             for layer in model.model.layers]
+    try:
+        with torch.no_grad():
+            out = model(tokens[None], output_hidden_states=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    return out.hidden_states[-1][0], torch.stack([o[0] for o in outputs], 1), out.logits[0]
+
+
+def test_greedy_responses_and_every_feature_match_a_plain_reference(target):
+    prompts = ragged_prompts(target.vocab_size, PROMPTS)
+    data = _distil(target, prompts)
+    assert len(data) == 2 * len(prompts) and data.layers == (0, 1)
+    assert [t[len(p):].tolist() for t, p in zip(data.tokens[:4], prompts)] == hf_greedy(target.model, prompts, NEW)
+    assert [t[:len(p)].tolist() for t, p in zip(data.tokens[4:], prompts)] == prompts  # sample 1: the same prompts
+    for tokens, plen, hidden, layer_hidden, top1 in zip(data.tokens, data.prompt_lengths, data.hidden, data.layer_hidden,
+                                                        data.top1):
+        n = len(tokens)
+        assert n == plen + NEW and hidden.shape == (n - 1, 48) and layer_hidden.shape == (n - 1, 2, 48)
+        assert hidden.dtype == layer_hidden.dtype == torch.float16
+        ref_hidden, ref_layers, ref_logits = _reference(target.model, tokens)
+        # fp16 storage: half an ulp is 2^-11 of the value
+        torch.testing.assert_close(hidden.float(), ref_hidden[: n - 1], atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(layer_hidden.float(), ref_layers[: n - 1], atol=1e-4, rtol=1e-3)
+        assert torch.equal(top1, ref_logits[: n - 1].argmax(-1))  # prompt positions too (the engine's prefill gives one)
+
+
+def test_a_response_ends_at_its_first_eos(target):
+    prompts = ragged_prompts(target.vocab_size, PROMPTS)
+    greedy = hf_greedy(target.model, prompts, NEW)
+    eos = greedy[0][2]
+    data = _distil(target, prompts, samples=1, eos_ids={eos})
+    for tokens, plen, hidden, full in zip(data.tokens, data.prompt_lengths, data.hidden, greedy):
+        cut = full[: full.index(eos) + 1] if eos in full else full
+        assert tokens[plen:].tolist() == cut and len(hidden) == len(tokens) - 1
+
+
+def test_sampled_responses_are_drawn_by_the_verifiers_sampler(target, monkeypatch):
+    prompts = ragged_prompts(target.vocab_size, PROMPTS)
+    monkeypatch.setattr(verify, "sample_from", lambda weights, noise: torch.full(weights.shape[:-1], 7))
+    data = _distil(target, prompts)
+    assert [t[len(p):].tolist() for t, p in zip(data.tokens[:4], prompts)] == hf_greedy(target.model, prompts, NEW)
+    assert all(t[len(p):].tolist() == [7] * NEW for t, p in zip(data.tokens[4:], prompts))
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_sampled_first_tokens_follow_p_at_the_temperature(target, monkeypatch, wrong):
+    """Counts of the first sampled token over 3000 rows against softmax(logits / T); the mutation (a sampler
+    that ignores T, p at T = 1) must fail the same test."""
+    prompt, temperature = [3, 14, 15, 92], 0.2
+    with torch.no_grad():
+        p = verify.logits_to_probs(target.model(torch.tensor([prompt])).logits[0, -1], verify.SamplingParams(temperature))
+    if wrong:
+        monkeypatch.setattr(verify, "logits_to_probs", lambda logits, params: torch.softmax(logits.float(), -1))
+    data = _distil(target, [prompt] * 3000, max_new_tokens=1, samples=2, temperature=temperature, batch_size=3000,
+                   layers=())
+    first = torch.stack([t[len(prompt)] for t in data.tokens[3000:]])
+    pvalue = chisquare_pvalue(torch.bincount(first, minlength=len(p)), p)
+    assert (pvalue < 1e-4) if wrong else (pvalue > 1e-3), pvalue
