@@ -247,12 +247,14 @@ class Proposer(ABC):
         #    rows that saw more re-feed tokens at their own positions, which rewrites identical cache entries
         unseen = [n - s for n, s in zip(state.lengths_host, self.seen)] if self.owns_kv_cache else [1] * bsz
         if self.one_extra_forward_pass:
-            # the seed PR's scheme: the accepted tail first (its draft, for the bonus token's position, is dropped) ...
+            # the seed PR's scheme: the accepted tail first (its draft, for the bonus token's position, is dropped);
+            # after the first step both forwards feed 1 token, so under graphs their shapes are fixed already
             t = max(1, *(u - 1 for u in unseen))
             self._forward(state, t, attn_len, end=1)
             unseen = [1] * bsz
         t = max(1, *unseen)
-        if self.fixed_catch_up and all(n - 2 >= p for n, p in zip(state.lengths_host, state.prompt_lengths)):
+        if (self.fixed_catch_up and not self.one_extra_forward_pass
+                and all(n - 2 >= p for n, p in zip(state.lengths_host, state.prompt_lengths))):
             t = 2
         out = self._forward(state, t, attn_len)  # ... then (or in the default scheme, with it) the pending token
         if self.owns_kv_cache:

@@ -55,24 +55,6 @@ def _assert_exact(results: dict) -> None:
         assert results["exact_match"]["all_equal"], (run_["strategy"], run_["k"], results["exact_match"])
 
 
-def _random_heads(target_preset: str, directory: Path) -> tuple[Path, Path]:
-    """An EAGLE head and Medusa heads with random weights built for `target_preset`'s architecture."""
-    from specbench.models.loading import _random_model, resolve_spec
-    from specbench.strategies.eagle import EagleConfig, EagleHead
-    from specbench.strategies.medusa import MedusaConfig, MedusaHeads
-
-    meta = _random_model(resolve_spec({"name": target_preset}, "target"), torch.bfloat16, "meta")
-    torch.manual_seed(0)
-    eagle = EagleHead(EagleConfig.for_target(meta.config, target=target_preset), meta).to(torch.bfloat16)
-    eagle.save(directory / "eagle")
-    medusa = MedusaHeads(MedusaConfig(meta.config.hidden_size, 5, meta.config.vocab_size, target=target_preset), meta)
-    with torch.no_grad():
-        for block in medusa.blocks:  # not the identity: heads that disagree with the target sometimes
-            block.weight.normal_(0, 0.02)
-    medusa.to(torch.bfloat16).save(directory / "medusa")
-    return directory / "eagle", directory / "medusa"
-
-
 def test_logits_are_batch_invariant_8b():
     """A token's logits: 1-token forwards == one 4-token verify == batch 64, eager and under graphs."""
     from specbench.models.cuda_graphs import GraphedRunner
@@ -116,23 +98,33 @@ def test_self_draft_is_exact_for_k_1_to_5_in_one_sweep_8b(tmp_path: Path):
     for r in results:
         _assert_exact(r)
         assert r["strategy"]["acceptance_length"] == r["run"]["k"] + 1, (r["run"], r["strategy"]["acceptance_length"])
+        assert r["strategy"]["draft_forwards_per_step"] == r["run"]["k"]
+
+
+def test_seed_pr_scheme_is_exact_with_one_more_draft_forward_8b(tmp_path: Path):
+    """one_extra_forward_pass + drop_first_drafted_tokens under CUDA graphs: still AL exactly k+1, k+1 forwards."""
+    results = _sweep(tmp_path, *COMMON, "target=qwen3-8b-random", "strategy=draft_model", "draft=self", "strategy.k=3",
+                     "strategy.one_extra_forward_pass=true", "strategy.drop_first_drafted_tokens=true",
+                     "sampling.temperature=0,1", "dataset.num_prompts=6")
+    assert len(results) == 2
+    for r in results:
+        _assert_exact(r)
+        assert r["strategy"]["acceptance_length"] == 4.0
+        assert r["strategy"]["draft_forwards_per_step"] == 4.0
 
 
 def test_every_strategy_in_one_process_8b(tmp_path: Path):
-    """Every registered strategy (eagle/medusa with random heads built for the 8B), T=0 and 1, batches of 4."""
-    eagle, medusa = _random_heads("qwen3-8b-random", tmp_path)
-    plain = [s for s in available_strategies() if s not in ("eagle", "medusa")]  # none ignores k
-    results = _sweep(tmp_path, *COMMON, *PAIR_8B, f"strategy={','.join(plain)}", "strategy.k=3",
-                     "sampling.temperature=0,1", "engine.batch_size=4")
-    assert len(results) == 2 * len(plain)
-    for name, ckpt in (("eagle", eagle), ("medusa", medusa)):
-        for temp in (0, 1):
-            results.append(run(_cfg(*COMMON, *PAIR_8B, f"strategy={name}", f"strategy.checkpoint={ckpt}", "strategy.k=3",
-                                    f"sampling.temperature={temp}", "engine.batch_size=4",
-                                    f"output_dir={tmp_path / f'{name}-{temp}'}")).results)
-    assert {r["run"]["strategy"] for r in results} == set(available_strategies())
+    """Issue 9's sweep: every registered strategy x k=1,3 x T=0,1 in one `-m` process (eagle and medusa with
+    `checkpoint: auto`, i.e. untrained heads built for the random-weight 8B), batch 1, builtin prompts."""
+    names = available_strategies()
+    results = _sweep(tmp_path, *COMMON, *PAIR_8B, f"strategy={','.join(names)}", "strategy.k=1,3",
+                     "sampling.temperature=0,1")
+    assert len(results) == 4 * len(names)
+    assert {r["run"]["strategy"] for r in results} == set(names)
     for r in results:
         _assert_exact(r)
+        if r["run"]["strategy"] in ("eagle", "medusa"):
+            assert r["run"]["checkpoint"]["random_init"] is True
 
 
 def test_batch_64_mixed_lengths_8b(tmp_path: Path):
