@@ -39,7 +39,8 @@ def _cfg(*overrides: str):
 def _sweep(tmp_path: Path, *overrides: str, timeout: int = 900) -> list[dict]:
     """One `python -m specbench -m ...` process; every job's results.json (a failed job fails the test)."""
     out = tmp_path / "multirun"
-    proc = subprocess.run([sys.executable, "-m", "specbench", "-m", *overrides, f"hydra.sweep.dir={out}"],
+    proc = subprocess.run([sys.executable, "-m", "specbench", "-m", *overrides, f"hydra.sweep.dir={out}",
+                           "hydra.sweep.subdir=${hydra.job.num}"],
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     errors = [json.loads(p.read_text())["error"] for p in out.glob("*/error.json")]
