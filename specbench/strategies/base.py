@@ -149,6 +149,7 @@ class Proposer(ABC):
         self.runner: Any = None  # the draft's causal LM runner (draft_model, layer_skip); None for heads
         self.seen: list[int] = []  # per row: committed positions < seen[b] are in the draft's cache
         self.features: torch.Tensor | None = None  # [B, S, H] the target's features by position (hidden-state drafters)
+        self.floor = torch.zeros((1, 1), dtype=torch.long, device=ctx.device)  # [B, 1] each row's prompt length
         self.draft_forwards = 0  # draft forwards run by propose() (results.json: draft forwards per step)
         # the draft's own noise, independent of the verifier's (seed + 1); reseed() restarts it
         self.generator = torch.Generator(device=ctx.device)
@@ -222,6 +223,9 @@ class Proposer(ABC):
         prompts here (their last token too, unless the extra forward pass will); seen = the positions it holds."""
         self.features = None
         self._keep_features(state)
+        # the prompt's cache entries are the prefill's (other kernels than a decode step's): propose() never re-feeds
+        # them, so that a self-draft's cache stays bit-identical to the target's (batch-invariant kernels)
+        self.floor = torch.tensor(state.prompt_lengths, device=self.device)[:, None]  # [B, 1]
         b, first = state.batch_size, 1 if self.pass_hidden_states_to_model else 0  # x_0 has no feature before it
         if self.owns_kv_cache or self.runner is not None:  # a runner always has slots; only owns_kv_cache fills them
             self.allocate(b, state.max_len)
@@ -230,12 +234,11 @@ class Proposer(ABC):
         if hasattr(self.runner, "begin_batch"):  # a multimodal draft sees the images too
             self.runner.begin_batch([state.tokens[i, :n].tolist() for i, n in enumerate(state.prompt_lengths)],
                                     state.mm_inputs)
-        ingest = [n - 1 if self.one_extra_forward_pass else n for n in state.prompt_lengths]
-        p = max(ingest)
+        p = max(state.prompt_lengths)
         if p > first:  # right-padded prompts: slots past a row's prompt get garbage that is overwritten later
             positions = torch.arange(first, p, device=self.device).expand(b, p - first)
             self.draft_forward(state.tokens[:, first:p], positions, self._features_before(positions), attn_len=p)
-        self.seen = [max(n, first) for n in ingest]
+        self.seen = [max(n, first) for n in state.prompt_lengths]
 
     def propose(self, state: DecodeState) -> Draft:
         bsz, k = state.batch_size, self.k
@@ -248,7 +251,8 @@ class Proposer(ABC):
         unseen = [n - s for n, s in zip(state.lengths_host, self.seen)] if self.owns_kv_cache else [1] * bsz
         if self.one_extra_forward_pass:
             # the seed PR's scheme: the accepted tail first (its draft, for the bonus token's position, is dropped);
-            # after the first step both forwards feed 1 token, so under graphs their shapes are fixed already
+            # both forwards feed 1 token after the first step (in the first, the tail is the prompt's, already
+            # ingested, so the floor makes this forward feed the bonus token, which the next rewrites identically)
             t = max(1, *(u - 1 for u in unseen))
             self._forward(state, t, attn_len, end=1)
             unseen = [1] * bsz
@@ -289,8 +293,7 @@ class Proposer(ABC):
     # -- helpers ---------------------------------------------------------------------------------------------
     def _forward(self, state: DecodeState, t: int, attn_len: int, end: int = 0) -> DraftOutput:
         """Draft forward over each row's committed tokens at positions [L-end-t, L-end)."""
-        lo = 1 if self.pass_hidden_states_to_model else 0
-        positions = (state.lengths[:, None] - end - t + torch.arange(t, device=self.device)).clamp(min=lo)  # [B, T]
+        positions = torch.maximum(state.lengths[:, None] - end - t + torch.arange(t, device=self.device), self.floor)
         self.draft_forwards += 1
         return self.draft_forward(state.tokens.gather(1, positions), positions, self._features_before(positions),
                                   attn_len)
