@@ -64,24 +64,35 @@ def assert_runner(runner: object) -> None:
     assert runner.max_len >= 9 and runner.vocab_size > 0 and isinstance(runner.device, torch.device)
 
 
-def chisquare_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
-    """Chi-square goodness of fit of token counts [V] to exact probabilities [V], with bins of small
-    expected count merged so the test is valid; a token of probability 0 must never be emitted."""
+def chisquare_pvalue(counts, probs) -> float:
+    """Chi-square goodness of fit of token counts [V] to exact probabilities [V] (torch tensors or numpy
+    arrays; `np.bincount(samples, minlength=V)` turns samples into counts). Tokens of expected count < 5
+    share one bin so the chi-square approximation holds; a remainder still below 5 joins the largest bin.
+    A token of probability 0 must never be emitted. The one helper every distribution test uses."""
+    import numpy as np
     from scipy.stats import chisquare
 
-    n = counts.sum()
+    counts = np.asarray(counts, dtype=np.float64)
+    probs = np.asarray(probs, dtype=np.float64)
     assert counts[probs == 0].sum() == 0, "a token of probability 0 was emitted"
-    expected = probs.double() * n
+    n = counts.sum()
+    expected = probs / probs.sum() * n
     big = expected >= 5
-    obs = torch.cat([counts[big], counts[~big].sum()[None]]).double()
-    exp = torch.cat([expected[big], expected[~big].sum()[None]])
-    keep = exp > 0
-    return chisquare(obs[keep].numpy(), (exp[keep] / exp[keep].sum() * n).numpy()).pvalue
+    obs, exp = counts[big], expected[big]
+    rest_obs, rest_exp = counts[~big].sum(), expected[~big].sum()
+    if rest_exp >= 5:
+        obs, exp = np.append(obs, rest_obs), np.append(exp, rest_exp)
+    elif rest_exp > 0:
+        obs, exp = obs.copy(), exp.copy()
+        obs[np.argmax(exp)] += rest_obs
+        exp[np.argmax(exp)] += rest_exp
+    return float(chisquare(obs, exp).pvalue)
 
 
 def resample_from_p(draft, draft_probs, target_probs, u, e):
-    """A deliberately wrong acceptance rule (for mutation checks): on rejection it samples from p
-    instead of norm(max(0, p - q))."""
+    """THE deliberately wrong acceptance rule of every mutation check (verify.Verifier's `rule`): the right
+    acceptance test, but on rejection it samples from p instead of norm(max(0, p - q)). A distribution test
+    that passes with the right rule must fail with this one, or it has no power."""
     from specbench.verify import Verdict, rejection_sample, sample_from
 
     v = rejection_sample(draft, draft_probs, target_probs, u, e)

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from specbench_testing import hf_greedy, ragged_prompts, tiny
+from specbench_testing import chisquare_pvalue, hf_greedy, ragged_prompts, resample_from_p, tiny
 from specbench.engine import Engine
 from specbench.errors import ConfigError
 from specbench.models.decoder import DecoderRunner
 from specbench.models.runner import make_runner
 from specbench.strategies.base import BuildContext
 from specbench.strategies.layer_skip import LayerSkipProposer, resolve_num_layers
-from specbench.verify import SamplingParams, Verdict, Verifier, logits_to_probs, rejection_sample, sample_from
+from specbench.verify import SamplingParams, Verifier, logits_to_probs
 
 CPU = torch.device("cpu")
 V = 101  # the tiny presets' vocabulary
@@ -191,24 +191,6 @@ def _exact_marginals(model, sp: SamplingParams) -> list[np.ndarray]:
     return [p1.numpy(), (p1 @ p2).numpy(), torch.einsum("a,ab,abc->c", p1, p2, p3).numpy()]
 
 
-def _chi_square_pvalue(samples: np.ndarray, probs: np.ndarray) -> float:
-    from scipy import stats
-
-    counts = np.bincount(samples, minlength=V)
-    expected = probs * len(samples)
-    assert counts[expected == 0].sum() == 0, "sampled a token the target gives probability 0"
-    big = expected >= 5  # merge rare tokens into one bin so the chi-square approximation holds
-    obs, exp = list(counts[big]), list(expected[big])
-    if expected[~big].sum() >= 5:
-        obs.append(counts[~big].sum())
-        exp.append(expected[~big].sum())
-    else:
-        obs[-1] += counts[~big].sum()
-        exp[-1] += expected[~big].sum()
-    exp_arr = np.array(exp) * (sum(obs) / sum(exp))
-    return float(stats.chisquare(obs, exp_arr).pvalue)
-
-
 def _sample_pvalues(sp: SamplingParams, rule=None) -> list[float]:
     t = tiny("tiny-llama")
     _sharpen(t)
@@ -216,19 +198,7 @@ def _sample_pvalues(sp: SamplingParams, rule=None) -> list[float]:
     engine = _engine(ctx, LayerSkipProposer(ctx, k=2, num_layers=1), max_new_tokens=3, rule=rule)
     rows, _ = engine.generate([PROMPT] * N_SAMPLES)  # N identical rows
     out = np.array([r.output_ids for r in rows])  # [N, 3]
-    return [_chi_square_pvalue(out[:, i], m) for i, m in enumerate(_exact_marginals(t, sp))]
-
-
-def _correction_from_p(draft_tokens, draft_probs, target_probs, accept_uniforms, exponentials) -> Verdict:
-    """A deliberately wrong rule: the right acceptance test, but the correction is drawn from p, not norm(max(0, p - q))."""
-    bsz, k = draft_tokens.shape
-    if k == 0:
-        return rejection_sample(draft_tokens, draft_probs, target_probs, accept_uniforms, exponentials)
-    p_d = target_probs[:, :k].gather(2, draft_tokens[..., None]).squeeze(2).double()
-    q_d = draft_probs.gather(2, draft_tokens[..., None]).squeeze(2).double()
-    accepted = (accept_uniforms * q_d < p_d).int().cumprod(1).sum(1)
-    p_next = target_probs[torch.arange(bsz), accepted].float()
-    return Verdict(accepted=accepted.long(), next_token=sample_from(p_next, exponentials).long())
+    return [chisquare_pvalue(np.bincount(out[:, i], minlength=V), m) for i, m in enumerate(_exact_marginals(t, sp))]
 
 
 SAMPLING = [SamplingParams(temperature=1.0, seed=3), SamplingParams(temperature=1.0, top_k=20, top_p=0.9, seed=4)]
@@ -243,6 +213,6 @@ def test_sampling_keeps_the_target_distribution(sp):
 
 @pytest.mark.parametrize("sp", SAMPLING, ids=["T1", "T1-topk20-topp0.9"])
 def test_the_same_test_fails_on_a_wrong_correction_rule(sp):
-    pvalues = _sample_pvalues(sp, rule=_correction_from_p)
+    pvalues = _sample_pvalues(sp, rule=resample_from_p)
     assert pvalues[0] > ALPHA  # the first token never sees a draft
     assert min(pvalues[1:]) < ALPHA, pvalues
