@@ -18,10 +18,8 @@ Run time: ~20 s on one CPU thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
