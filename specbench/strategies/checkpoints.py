@@ -217,6 +217,16 @@ def raise_if_head_does_not_fit(kind: str, path: str | Path, cfg: Any, tc: Any, t
                           f"{tc.vocab_size}. {TRAIN_HINT.format(kind=kind)}")
 
 
+def save_head(head: torch.nn.Module, config: Mapping[str, Any], directory: str | Path) -> None:
+    """A checkpoint as load_head reads it: `model.safetensors` (the head's own tensors) and `config.json`."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps(dict(config), indent=1))
+
+
 def load_head(head: torch.nn.Module, weights: Path, path: str | Path, kind: str, target_model: torch.nn.Module) -> Any:
     """Fill a drafter `head` from `weights`, frozen, on the target's device and dtype; a ConfigError naming the
     checkpoint when its tensors do not match its config.json."""

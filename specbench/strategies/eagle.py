@@ -24,7 +24,6 @@ the weights' header are read, and checked against the target's known sizes, befo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,7 +38,7 @@ from specbench.errors import ConfigError
 from specbench.strategies.base import BuildContext, DraftOutput, Proposer
 from specbench.strategies.checkpoints import (AUTO, RANDOM, check_weights, checkpoint_files, checkpoint_record, load_head,
                                               raise_if_head_does_not_fit, raise_if_head_does_not_fit_preset, random_head,
-                                              read_checkpoint_config, resolve_checkpoint)
+                                              read_checkpoint_config, resolve_checkpoint, save_head)
 
 
 @dataclass
@@ -179,12 +178,7 @@ class EagleHead(nn.Module):
     # -- checkpoints: config.json + model.safetensors ----------------------------------------------
 
     def save(self, directory: str | Path) -> None:
-        from safetensors.torch import save_file
-
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, str(directory / "model.safetensors"))
-        (directory / "config.json").write_text(json.dumps(asdict(self.cfg), indent=1))
+        save_head(self, asdict(self.cfg), directory)
 
 
 def read_eagle_config(path: str | Path | None) -> tuple[Path, EagleConfig]:
