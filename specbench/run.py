@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from specbench.config import CONF_DIR, options  # noqa: F401 - CONF_DIR for callers
 from specbench.data import Prompt, check_prompt_lengths, encode_prompt, load_prompts
 from specbench.data.images import encode_mm_prompts, mm_images
 from specbench.engine import BatchTiming, Engine, RowResult
@@ -35,8 +36,6 @@ from specbench.strategies.base import BuildContext, Proposer, raise_if_vocab_too
 from specbench.strategies.none import TargetOnly
 from specbench.synthetic import SyntheticVerifier, rate_for_acceptance_length
 from specbench.verify import SamplingParams, Verifier
-
-CONF_DIR = Path(__file__).with_name("conf")
 
 
 @dataclass
@@ -81,7 +80,7 @@ class _Plan:
 
 
 def available_strategies() -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / "strategy").glob("*.yaml"))
+    return options("strategy")
 
 
 def _strategy_class(cfg: Mapping[str, Any]) -> type[Proposer]:

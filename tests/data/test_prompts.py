@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from specbench.config import CONF_DIR
 from specbench.data import Prompt, check_prompt_lengths, encode_prompt, load_prompts
 from specbench.data import prompts as prompts_mod
 from specbench.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
-CONF = REPO / "specbench" / "conf" / "dataset"
+CONF = CONF_DIR / "dataset"
 SPEC_BENCH = Path("/work/shared/data/spec_bench/question.jsonl")
 KEYS = {"name", "num_prompts", "path", "field", "turn", "hf_name", "split", "hf_field"}
 
