@@ -21,12 +21,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from specbench.config import CONF_DIR, options  # noqa: F401 - CONF_DIR for callers
+from specbench.config import CONF_DIR, build, options, target_class  # noqa: F401 - CONF_DIR for callers
 from specbench.data import Prompt, check_prompt_lengths, encode_prompt, load_prompts
 from specbench.data.images import encode_mm_prompts, mm_images
 from specbench.engine import BatchTiming, Engine, RowResult
 from specbench.errors import ConfigError, unknown
-from specbench.logging import make_logger, results_table, write_json_atomic, write_jsonl_atomic
+from specbench.logging import NullLogger, make_logger, results_table, write_json_atomic, write_jsonl_atomic
 from specbench.metrics import exact_match, prompt_metrics, speedup, summarize, throughput_speedup
 from specbench.models.loading import DTYPES, LoadedModel, ModelSpec, load_model, resolve_spec, suggested_draft
 from specbench.models.multimodal import image_processor_for, make_vlm_aware_runner
@@ -83,27 +83,11 @@ def available_strategies() -> list[str]:
     return options("strategy")
 
 
-def _strategy_class(cfg: Mapping[str, Any]) -> type[Proposer]:
-    from hydra.utils import get_class
-
-    target = cfg.get("_target_")
-    name = cfg.get("name")
-    if not target:
-        raise unknown("strategy", name, available_strategies(), hint="a strategy config needs `_target_: <Proposer class>`")
-    try:
-        cls = get_class(target)
-    except Exception as e:  # noqa: BLE001 - hydra wraps import errors in several types
-        raise unknown("strategy", name or target, available_strategies(), hint=f"could not import {target}: {e}") from None
-    if not (isinstance(cls, type) and issubclass(cls, Proposer)):
-        raise ConfigError(f"strategy._target_={target!r} is not a specbench Proposer subclass")
-    return cls
-
-
 def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
     """Validate the whole configuration without loading a model."""
     c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     strategy_cfg = dict(c["strategy"])
-    cls = _strategy_class(strategy_cfg)
+    cls = target_class(strategy_cfg, "strategy", Proposer)
     raise_if_unknown_settings(cls, strategy_cfg)
     cls.validate(strategy_cfg)
     s = c.get("sampling") or {}
@@ -165,6 +149,8 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
     synthetic = {key: v for key, v in (c.get("verify") or {}).items() if v is not None}
     if synthetic:
         _check_synthetic(synthetic, k)
+    logger_cfg = c.get("logger") or {"_target_": "specbench.logging.NullLogger"}
+    raise_if_unknown_logger_settings(target_class(logger_cfg, "logger", NullLogger), logger_cfg)
     prompts = load_prompts(c["dataset"])
     record = getattr(cls, "checkpoint_record", None)  # eagle / medusa: the files the strategy will load
     return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], batch_size,
@@ -186,6 +172,14 @@ def raise_if_unknown_settings(cls: type[Proposer], cfg: Mapping[str, Any]) -> No
     if extra:
         raise ConfigError(f"unknown setting(s) {extra} for strategy {cfg.get('name')!r}; allowed: "
                           f"{', '.join(sorted(allowed - {'_target_'}))}. Check the key's spelling (strategy.<key>=...)")
+
+
+def raise_if_unknown_logger_settings(cls: type[NullLogger], cfg: Mapping[str, Any]) -> None:
+    """Refuse logger keys its class does not take (`+logger.projet=x`) before the job runs, not after it."""
+    try:
+        inspect.signature(cls).bind_partial(**{key: v for key, v in cfg.items() if key != "_target_"})
+    except TypeError as e:
+        raise ConfigError(f"logger {cfg.get('name')!r}: {e}; its settings are the parameters of {cls.__name__}") from None
 
 
 def _check_synthetic(settings: dict[str, Any], k: int) -> None:
@@ -332,8 +326,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
                                   p.cuda_graphs)
     ctx = BuildContext(target=target, target_runner=target_runner, draft=draft, sampling=p.sampling,
                        device=p.device, backend=p.backend, cuda_graphs=p.cuda_graphs, batch_invariant=p.batch_invariant)
-    options = {key: v for key, v in p.strategy_cfg.items() if key != "_target_"}
-    proposer = p.strategy_cls(ctx, **options)
+    proposer = build(p.strategy_cfg, ctx)  # the Proposer classes take ctx first
     eos = set() if (cfg.get("engine") or {}).get("ignore_eos", False) else _eos_ids(target)
 
     def engine_for(prop: Proposer) -> Engine:
@@ -396,8 +389,8 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     write_json_atomic(out_dir / "results.json", results)  # last: its presence marks a finished job
 
     # W&B's config holds the run's labels too (a model given by path is named by its path, as in results.json)
-    logger = make_logger(cfg.get("logger") or {"name": "none"}, out_dir, {**results["config"], "run": results["run"]},
-                         group, name)
+    logger = make_logger(cfg.get("logger") or {"_target_": "specbench.logging.NullLogger"}, out_dir,
+                         {**results["config"], "run": results["run"]}, group, name)
     logger.log_results(results)
     logger.finish()
     print(results_table(results))
