@@ -13,7 +13,7 @@ import platform
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from specbench.config import CONF_DIR, build, options, target_class  # noqa: F401 - CONF_DIR for callers
+from specbench.config import CONF_DIR, build, options, run_config, target_class  # noqa: F401 - CONF_DIR for callers
 from specbench.data import Prompt, check_prompt_lengths, encode_prompt, load_prompts
 from specbench.data.images import encode_mm_prompts, mm_images
 from specbench.engine import BatchTiming, Engine, RowResult
@@ -84,26 +84,27 @@ def available_strategies() -> list[str]:
 
 
 def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
-    """Validate the whole configuration without loading a model."""
-    c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    strategy_cfg = dict(c["strategy"])
+    """Validate the whole configuration without loading a model. Each setting's type and range are
+    specbench.config's (Hydra checks the types while composing); here: the strategy's class and settings,
+    the models, the machine, and the settings that must fit together."""
+    c = run_config(cfg)
+    strategy_cfg = dict(c.strategy)
     cls = target_class(strategy_cfg, "strategy", Proposer)
     raise_if_unknown_settings(cls, strategy_cfg)
     cls.validate(strategy_cfg)
-    s = c.get("sampling") or {}
-    sampling = SamplingParams(temperature=s.get("temperature", 0.0), top_k=s.get("top_k", 0),
-                              top_p=s.get("top_p", 1.0), seed=s.get("seed", 0))
-    target = resolve_spec(c["target"], "target")
+    s = c.sampling
+    sampling = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed)
+    target = resolve_spec(asdict(c.target), "target")
     draft = None
     if cls.needs_draft_model:
-        d = dict(c.get("draft") or {"name": "auto"})
-        if d.get("name") in ("auto", None) and not d.get("path"):
+        d = asdict(c.draft)
+        if d["name"] == "auto" and not d["path"]:
             d["name"] = suggested_draft(target.name)
         draft = resolve_spec(d, "draft")
         if draft.vocab_size and target.vocab_size:  # presets: refuse before loading anything
             raise_if_vocab_too_large(draft.vocab_size, target.vocab_size, draft.label, target.label)
-    e = c.get("engine") or {}
-    device_name = e.get("device", "auto")
+    e = c.engine
+    device_name = e.device
     if device_name == "auto":
         device_name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -112,26 +113,17 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
         raise ConfigError(f"engine.device={device_name!r}; allowed: auto, cpu, cuda, cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("engine.device=cuda but no CUDA device is visible; use engine.device=cpu")
-    dtype_name = e.get("dtype", "auto")
+    dtype_name = e.dtype
     if dtype_name == "auto":
         dtype_name = "bfloat16" if device.type == "cuda" else "float32"
     if dtype_name not in DTYPES:
         raise unknown("engine.dtype", dtype_name, ["auto", *DTYPES])
-    batch_size = e.get("batch_size", 1)
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ConfigError(f"engine.batch_size={batch_size!r}; allowed: an integer >= 1")
-    backend = e.get("backend", "auto")
-    if backend not in BACKENDS:
-        raise unknown("engine.backend", backend, BACKENDS)
+    if e.backend not in BACKENDS:
+        raise unknown("engine.backend", e.backend, BACKENDS)
     check_target = getattr(cls, "validate_for_target", None)  # the strategy's settings against the target's known sizes
     if check_target is not None:
-        check_target(strategy_cfg, target, backend)
-    max_new = c.get("max_new_tokens")
-    if not isinstance(max_new, int) or max_new < 1:
-        raise ConfigError(f"max_new_tokens={max_new!r}; allowed: an integer >= 1")
-    max_len = c.get("max_model_len")
-    if not isinstance(max_len, int) or max_len < 2:
-        raise ConfigError(f"max_model_len={max_len!r}; allowed: an integer >= 2")
+        check_target(strategy_cfg, target, e.backend)
+    max_new = c.max_new_tokens
     k = int(strategy_cfg.get("k") or 0)
     for role, spec in (("target", target), ("draft", draft)):
         limit = ((spec.known or {}).get("max_position_embeddings") if spec is not None else None)
@@ -139,23 +131,16 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
             raise ConfigError(f"max_new_tokens={max_new} + strategy.k={k} + 1 (verify slot) + a prompt of at least one "
                               f"token = {max_new + k + 2} positions exceeds max_position_embeddings={limit} "
                               f"of {role} {spec.label!r}; lower max_new_tokens or strategy.k")
-    rule = _acceptance_rule(device, e.get("triton_verify", "auto"))
-    graphs_setting = e.get("cuda_graphs", "auto")
-    if graphs_setting not in ("auto", True, False, None):
-        raise unknown("engine.cuda_graphs", graphs_setting, ["auto", "true", "false"])
-    invariant = e.get("batch_invariant", True)
-    if not isinstance(invariant, bool):
-        raise unknown("engine.batch_invariant", invariant, ["true", "false"])
-    synthetic = {key: v for key, v in (c.get("verify") or {}).items() if v is not None}
-    if synthetic:
-        _check_synthetic(synthetic, k)
-    logger_cfg = c.get("logger") or {"_target_": "specbench.logging.NullLogger"}
-    raise_if_unknown_logger_settings(target_class(logger_cfg, "logger", NullLogger), logger_cfg)
-    prompts = load_prompts(c["dataset"])
+    rule = _acceptance_rule(device, e.triton_verify)
+    synthetic = {key: v for key, v in asdict(c.verify).items() if v is not None}
+    if synthetic.get("synthetic_acceptance_length") is not None and k >= 1:
+        rate_for_acceptance_length(float(synthetic["synthetic_acceptance_length"]), k)  # ConfigError outside [1, k+1]
+    raise_if_unknown_logger_settings(target_class(c.logger, "logger", NullLogger), c.logger)
+    prompts = load_prompts(asdict(c.dataset))
     record = getattr(cls, "checkpoint_record", None)  # eagle / medusa: the files the strategy will load
-    return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], batch_size,
-                 max_new, max_len, backend, rule, cuda_graphs_default(graphs_setting, device), invariant, synthetic,
-                 record(strategy_cfg) if record is not None else None)
+    return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], e.batch_size,
+                 max_new, c.max_model_len, e.backend, rule, cuda_graphs_default(e.cuda_graphs, device),
+                 e.batch_invariant, synthetic, record(strategy_cfg) if record is not None else None)
 
 
 def raise_if_unknown_settings(cls: type[Proposer], cfg: Mapping[str, Any]) -> None:
@@ -182,19 +167,6 @@ def raise_if_unknown_logger_settings(cls: type[NullLogger], cfg: Mapping[str, An
         raise ConfigError(f"logger {cfg.get('name')!r}: {e}; its settings are the parameters of {cls.__name__}") from None
 
 
-def _check_synthetic(settings: dict[str, Any], k: int) -> None:
-    allowed = ("synthetic_acceptance_length", "synthetic_per_position")
-    extra = sorted(set(settings) - set(allowed))
-    if extra:
-        raise ConfigError(f"unknown verify setting(s) {extra}; allowed: {', '.join(allowed)}")
-    al = settings.get("synthetic_acceptance_length")
-    if al is not None and k >= 1:
-        rate_for_acceptance_length(float(al), k)  # raises ConfigError when AL is outside [1, k+1]
-    rates = settings.get("synthetic_per_position")
-    if rates is not None and (not isinstance(rates, list) or not all(isinstance(a, (int, float)) and 0 <= a <= 1 for a in rates)):
-        raise ConfigError(f"verify.synthetic_per_position={rates!r}; allowed: a list of rates in [0, 1], one per draft position")
-
-
 def _eos_ids(model: LoadedModel) -> set[int]:
     ids: set[int] = set()
     for source in (getattr(model.tokenizer, "eos_token_id", None), getattr(model.model.generation_config, "eos_token_id", None)):
@@ -207,8 +179,6 @@ def _eos_ids(model: LoadedModel) -> set[int]:
 
 def _acceptance_rule(device: torch.device, setting: str | bool):
     """The Triton rejection sampler on CUDA (bit-identical to the torch reference), else the reference."""
-    if setting not in ("auto", True, False):
-        raise unknown("engine.triton_verify", setting, ["auto", "true", "false"])
     if setting is False or device.type != "cuda":
         return None
     from specbench.kernels.rejection import rejection_sample_triton, triton_available

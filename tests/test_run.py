@@ -80,6 +80,8 @@ BAD = [
     (["max_new_tokens=0"], "max_new_tokens=0"),
     (["engine.batch_size=0"], "engine.batch_size=0"),
     (["engine.dtype=float8"], "unknown engine.dtype 'float8'"),
+    (["engine.cuda_graphs=maybe"], "unknown engine.cuda_graphs 'maybe'; allowed: auto, false, true"),
+    (["verify.synthetic_per_position=[0.5,1.5]"], "verify.synthetic_per_position=[0.5, 1.5]; allowed: a list of rates in [0, 1]"),
     (["logger=wandb", "+logger.projet=x"], "logger 'wandb': got an unexpected keyword argument 'projet'"),
     # issue 10: checks the configuration decides, before a model loads
     (["+strategy.kk=3"], "unknown setting(s) ['kk'] for strategy 'draft_model'; allowed: k, name"),
