@@ -19,6 +19,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from specbench.config import CONF_DIR
 from specbench.errors import ConfigError
 
 
@@ -40,7 +41,7 @@ def finished(job_dir: Path) -> bool:
     return True
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     from specbench.run import run
 

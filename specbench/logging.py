@@ -1,7 +1,8 @@
 """Where results go: results.json and outputs.jsonl (atomic), W&B (offline by default), the console.
 
 Logging sits behind a small interface with a no-op and a W&B implementation, so run() never
-branches on the logger and tests can use `logger=none`.
+branches on the logger and tests can use `logger=none`. conf/logger/<name>.yaml names the class in
+`_target_`; its other keys are the class's settings.
 """
 
 from __future__ import annotations
@@ -12,10 +13,6 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
-
-from specbench.errors import unknown
-
-LOGGERS = ("wandb", "none")
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -45,6 +42,11 @@ def _clean(obj: Any) -> Any:
 
 
 class NullLogger:
+    """Logs nothing (logger=none)."""
+
+    def __init__(self, **_: Any) -> None:  # the run's details, which it does not need
+        pass
+
     def log_results(self, results: Mapping[str, Any]) -> None:
         pass
 
@@ -55,14 +57,15 @@ class NullLogger:
 class WandbLogger(NullLogger):
     """One W&B run per job: the resolved config, summary metrics and a per-position acceptance table."""
 
-    def __init__(self, cfg: Mapping[str, Any], run_dir: Path, config: Mapping[str, Any], group: str | None, name: str) -> None:
+    def __init__(self, run_dir: Path, config: Mapping[str, Any], group: str | None, run_name: str, *,
+                 name: str = "wandb", mode: str | None = "offline", project: str | None = "specbench",
+                 entity: str | None = None, tags: Iterable[str] | None = ()) -> None:
         import wandb
 
         self.wandb = wandb
         self.run = wandb.init(
-            project=cfg.get("project") or "specbench", entity=cfg.get("entity"), mode=cfg.get("mode") or "offline",
-            dir=str(run_dir), config=dict(config), group=group, name=name, tags=list(cfg.get("tags") or []),
-            reinit="finish_previous",
+            project=project or "specbench", entity=entity, mode=mode or "offline", dir=str(run_dir),
+            config=dict(config), group=group, name=run_name, tags=list(tags or []), reinit="finish_previous",
         )
 
     def log_results(self, results: Mapping[str, Any]) -> None:
@@ -91,12 +94,12 @@ class WandbLogger(NullLogger):
 
 
 def make_logger(cfg: Mapping[str, Any], run_dir: Path, config: Mapping[str, Any], group: str | None, name: str) -> NullLogger:
-    kind = cfg.get("name", "none")
-    if kind not in LOGGERS:
-        raise unknown("logger", kind, LOGGERS)
-    if kind == "none" or os.environ.get("WANDB_MODE") == "disabled":
+    """The logger `cfg._target_` names, for one job: its directory, config, sweep group and run name."""
+    if os.environ.get("WANDB_MODE") == "disabled":
         return NullLogger()
-    return WandbLogger(cfg, run_dir, config, group, name)
+    from specbench.config import build
+
+    return build(cfg, run_dir=run_dir, config=config, group=group, run_name=name)
 
 
 def _fmt(v: Any, digits: int = 2) -> str:

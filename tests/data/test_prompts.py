@@ -8,16 +8,18 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hydra.utils import get_class
 from omegaconf import OmegaConf
 
+from specbench.config import CONF_DIR
 from specbench.data import Prompt, check_prompt_lengths, encode_prompt, load_prompts
 from specbench.data import prompts as prompts_mod
 from specbench.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
-CONF = REPO / "specbench" / "conf" / "dataset"
+CONF = CONF_DIR / "dataset"
 SPEC_BENCH = Path("/work/shared/data/spec_bench/question.jsonl")
-KEYS = {"name", "num_prompts", "path", "field", "turn", "hf_name", "split", "hf_field"}
+KEYS = {"_target_", "name", "num_prompts", "path", "field", "turn", "hf_name", "split", "hf_field"}
 
 
 def cfg(name: str, **kw):
@@ -36,13 +38,31 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 # --- the yaml group ------------------------------------------------------------------------------
 
 
-def test_every_yaml_holds_all_keys():
+def test_every_yaml_holds_all_keys_and_names_its_reader():
     names = sorted(p.stem for p in CONF.glob("*.yaml"))
-    assert names == sorted(prompts_mod.SOURCES)
+    assert len(names) == 8
+    readers = set()
     for name in names:
         conf = OmegaConf.load(CONF / f"{name}.yaml")
         assert set(conf) == KEYS, name
         assert conf.name == name
+        reader = get_class(conf._target_)
+        assert issubclass(reader, prompts_mod.DatasetConfig) and reader is not prompts_mod.DatasetConfig, name
+        readers.add(reader)
+    assert len(readers) == len(names)  # one reader per set
+
+
+def test_a_mapping_without_target_takes_the_packaged_yamls():
+    source = prompts_mod.DatasetConfig.parse({"name": "builtin", "num_prompts": 2})
+    assert type(source) is prompts_mod.Builtin and source.num_prompts == 2
+    assert [p.id for p in load_prompts({"name": "builtin", "num_prompts": 2})] == [p.id for p in load_prompts(cfg("builtin", num_prompts=2))]
+
+
+def test_a_target_that_is_not_a_reader_is_refused():
+    with pytest.raises(ConfigError, match=r"unknown dataset 'mine'; allowed: builtin.*could not import specbench.data.prompts.Nope"):
+        load_prompts({"_target_": "specbench.data.prompts.Nope", "name": "mine"})
+    with pytest.raises(ConfigError, match=r"dataset._target_='specbench.data.prompts.Prompt' is not a specbench.data.prompts.DatasetConfig subclass"):
+        load_prompts({"_target_": "specbench.data.prompts.Prompt", "name": "mine"})
 
 
 # --- real sources --------------------------------------------------------------------------------

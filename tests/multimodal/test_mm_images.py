@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ import tiny_vlm as tv
 from omegaconf import OmegaConf
 
 from specbench.data import Prompt, encode_prompt
+from specbench.config import CONF_DIR
 from specbench.data.images import (ImagePrompt, encode_mm_prompt, encode_mm_prompts, images_source, mm_images,
                                    mmstar_source, synthetic_image_prompts)
 from specbench.data.prompts import DatasetConfig
@@ -20,7 +20,7 @@ from specbench.errors import ConfigError
 from specbench.models.loading import ByteTokenizer, LoadedModel, ModelSpec
 from specbench.models.multimodal import image_processor_for
 
-CONF = Path(__file__).parents[2] / "specbench" / "conf" / "dataset"
+CONF = CONF_DIR / "dataset"
 
 
 def test_the_offline_set_is_deterministic_and_mixes_kinds():

@@ -10,6 +10,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from specbench_testing import tiny
+from specbench.config import CONF_DIR
 from specbench.engine import Engine
 from specbench.errors import ConfigError
 from specbench.models.runner import make_runner
@@ -19,9 +20,7 @@ from specbench.strategies.medusa import MedusaProposer
 from specbench.train.loop import train
 from specbench.verify import SamplingParams, Verifier
 
-pytestmark = pytest.mark.filterwarnings("ignore:provider=hydra.searchpath in main:UserWarning")
-
-CONF = str(Path(__file__).resolve().parents[2] / "specbench" / "train" / "conf")
+CONF = str(CONF_DIR / "train")
 SPEC_BENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "spec_bench" / "question.jsonl"
 
 
