@@ -20,6 +20,7 @@ the one model group that serves as both `target` and `draft`.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,6 +183,20 @@ def build(cfg: Mapping[str, Any], /, *args: Any, **kwargs: Any) -> Any:
     return instantiate(cfg, _partial_=True, _convert_="all")(*args, **kwargs)
 
 
+JOB_DIR_BYTES = 160  # a sweep job's directory name stays well under the filesystems' 255-byte limit
+
+
+def job_dirname(overrides: str) -> str:
+    """A sweep job's directory name from Hydra's override_dirname: itself when short, else its start and a hash of
+    the whole (a long override list made a name past 255 bytes and the sweep died before its first job). The same
+    overrides give the same name, so `+resume=true` finds its old directories."""
+    raw = overrides.encode()
+    if len(raw) <= JOB_DIR_BYTES:
+        return overrides
+    digest = hashlib.sha256(raw).hexdigest()[:12]
+    return raw[: JOB_DIR_BYTES - 13].decode(errors="ignore") + "-" + digest
+
+
 def _register() -> None:
     cs = ConfigStore.instance()
     cs.store(name="specbench_schema", node=RunConfig)
@@ -190,6 +205,7 @@ def _register() -> None:
             cs.store(group=role, name=path.stem, node={"defaults": [{"/model@_here_": path.stem}]})
     # conf/train/config.yaml's hydra.searchpath: conf/ wherever this copy has it (model/ and logger/ for training)
     OmegaConf.register_new_resolver("specbench.conf_dir", lambda: str(CONF_DIR), replace=True)
+    OmegaConf.register_new_resolver("specbench.job_dirname", job_dirname, replace=True)
 
 
 _register()

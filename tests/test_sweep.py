@@ -53,3 +53,18 @@ def test_resume_skips_finished_jobs_and_reruns_the_others(tmp_path: Path):
     assert json.loads(first.read_text())["marker"] == "kept"
     assert json.loads(second.read_text())["run"]["k"] == 2 and not (second.parent / "error.json").exists()
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == jobs  # the same job directories, no new ones
+
+
+def test_a_long_override_list_gets_a_short_job_directory(tmp_path: Path):
+    """A job directory name is Hydra's override list; past 255 bytes the sweep died before its first job (H200,
+    2026-12-01). Long names keep their start plus a hash of the whole, so a resumed sweep finds them again."""
+    from specbench.config import JOB_DIR_BYTES, job_dirname
+
+    long = ",".join(f"strategy.one_extra_forward_pass=false,setting_{i}=value_{i}" for i in range(8))
+    assert len(job_dirname(long).encode()) <= JOB_DIR_BYTES and job_dirname(long) == job_dirname(long)
+    assert job_dirname(long) != job_dirname(long + "x") and job_dirname("k=3") == "k=3"
+    out = _sweep(tmp_path, "strategy.k=1,2", "strategy.one_extra_forward_pass=true",
+                 "strategy.drop_first_drafted_tokens=true", "sampling.top_p=0.999999", "sampling.top_k=100000",
+                 "max_model_len=123456", "engine.triton_verify=false", "engine.batch_invariant=true")
+    dirs = sorted(p for p in out.iterdir() if (p / "results.json").is_file())
+    assert len(dirs) == 2 and all(len(p.name.encode()) <= JOB_DIR_BYTES + 8 for p in dirs)
