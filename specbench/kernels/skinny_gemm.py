@@ -76,6 +76,7 @@ if triton is not None:
 
 MAX_M = 16  # skinny_linear's limit; invariant_linear takes any M in tiles of TILE_M
 TILE_M = 16
+INVARIANT_BLOCK_MS = (16, 32, 64)  # invariant_block_m's tile heights: one configuration must launch at all of them
 # (BLOCK_N, BLOCK_K, num_warps, num_stages)
 _CANDIDATES = [(16, 256, 4, 4), (16, 512, 4, 3), (32, 256, 4, 4), (32, 512, 4, 3), (64, 256, 4, 3), (16, 1024, 4, 2)]
 _TUNED: dict[tuple, tuple] = {}  # (M bucket or "inv", N, K, may_split, silu) -> (BLOCK_N, BLOCK_K, warps, stages, split)
@@ -127,17 +128,22 @@ def _launch(x, w, bias, cfg, may_split, silu=False, block_m=TILE_M):
     return out
 
 
-def _tune(x, w, bias, may_split, silu=False) -> tuple:
+def _tune(x, w, bias, may_split, silu=False, block_ms: tuple[int, ...] = ()) -> tuple:
+    """The fastest candidate on x's rows, among those that also launch at every tile height in `block_ms` (a
+    configuration tuned on 16 rows may need more shared memory than the device has at 64: H200, 2026-12-01)."""
     n, k = w.shape
     sms = _sms(x.device)
     best, best_ms = None, float("inf")
     torch.cuda.synchronize(x.device)
+    tall = x.repeat(-(-max(block_ms, default=1) // x.shape[0]), 1) if block_ms else x
     for block_n, block_k, warps, stages in _CANDIDATES:
         if k % block_k and block_k > 256:
             continue
         for split in _splits_for(n, k, block_n, block_k, sms, may_split and bias is None):
             cfg = (block_n, block_k, warps, stages, split)
             try:
+                for block_m in block_ms:  # raises (OutOfResources) where this tile height does not fit
+                    _launch(tall[:block_m], w, bias, cfg, may_split, silu, block_m=block_m)
                 for _ in range(3):  # compile, then time 10 launches inside a graph (launch overhead out)
                     _launch(x, w, bias, cfg, may_split, silu)
                 graph = torch.cuda.CUDAGraph()
@@ -176,7 +182,7 @@ def _config(key: tuple, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | N
         may_split = key[3]
         capturing = x.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         if x.device.type == "cuda" and not capturing and not _INTERPRETED:
-            cfg = _tune(x, w, bias, may_split, silu)
+            cfg = _tune(x, w, bias, may_split, silu, INVARIANT_BLOCK_MS if key[0] == "inv" else ())
         else:
             cfg = _heuristic(w.shape[0], w.shape[1], _sms(x.device), may_split)
         _TUNED[key] = cfg

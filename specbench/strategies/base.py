@@ -210,7 +210,8 @@ class Proposer(ABC):
                       attn_len: int) -> DraftOutput:
         """One draft forward over tokens [B, T] at positions [B, T] (hidden [B, T, H]: the feature before each
         token, for hidden-state drafters); logits at each row's last column. Default: the causal LM runner."""
-        last = torch.full((tokens.shape[0], 1), tokens.shape[1] - 1, device=tokens.device)
+        t = tokens.shape[1]  # a 1-token step needs no column index (one launch less per draft forward)
+        last = torch.full((tokens.shape[0], 1), t - 1, device=tokens.device) if t > 1 else None
         return DraftOutput(logits=self.runner(tokens, positions, attn_len=attn_len, logits_at=last).logits)
 
     def lookup(self, state: DecodeState) -> torch.Tensor:

@@ -69,3 +69,18 @@ def test_fast_attention_path_still_matches_reference():
     positions = (torch.tensor([10, 190])[:, None] + torch.arange(3)).to(DEVICE).clamp(max=199)
     out = decode.decode_attention(q, kc, vc, positions.contiguous(), 0.25, num_splits=3, block_n=32)
     torch.testing.assert_close(out, decode.decode_attention_ref(q, kc, vc, positions, 0.25), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="tuning and shared memory limits are a compiled-kernel matter")
+def test_the_tuned_invariant_config_launches_at_every_tile_height(monkeypatch):
+    """A configuration tuned on 16 rows must also fit at 64-row tiles: (32, 512, 4, 3) needs 288 KiB of shared
+    memory at 64 rows, more than an H200 has, and a batch-64 job died on it (2026-12-01)."""
+    monkeypatch.setattr(skinny_gemm, "_CANDIDATES", [(32, 512, 4, 3), (64, 256, 4, 3)])
+    monkeypatch.setattr(skinny_gemm, "_TUNED", {})
+    g = _g(2)
+    w = torch.randn(4096, 4096, generator=g).to(DEVICE, DTYPE)
+    for m in (16, 130):
+        x = torch.randn(m, 4096, generator=g).to(DEVICE, DTYPE)
+        torch.testing.assert_close(skinny_gemm.invariant_linear(x, w), F.linear(x, w), atol=0.5, rtol=2e-2)
+    chosen = skinny_gemm._TUNED[("inv", 4096, 4096, False, False)]
+    assert chosen[:4] == (64, 256, 4, 3), chosen
