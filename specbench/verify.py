@@ -137,6 +137,101 @@ def rejection_sample(
     return Verdict(accepted=accepted.long(), next_token=next_token.long())
 
 
+@dataclass
+class TreeVerdict:
+    """What verification of a tree decided for each row: the accepted root-to-leaf path and the next token."""
+
+    path: torch.Tensor  # [B, N] int64 node indices of the accepted path in depth order; -1 past `accepted`
+    accepted: torch.Tensor  # [B] int64 path length (0..depth of the tree)
+    next_token: torch.Tensor  # [B] int64 correction (a rejection under the last accepted node) or bonus token
+
+
+def raise_if_not_topological(parents: torch.Tensor) -> None:
+    """Trees are given in topological order: node i's parent is -1 (the pending token) or a node j < i. The
+    single pass of the tree verifiers relies on it (a node's children come after it, siblings in draft order)."""
+    n = parents.shape[1]
+    index = torch.arange(n, device=parents.device)
+    if bool(((parents < -1) | (parents >= index)).any()):
+        raise ValueError(f"tree parents must satisfy -1 <= parents[b, i] < i (topological order); got {parents.tolist()}")
+
+
+def greedy_tree_verify(draft_tokens: torch.Tensor, parents: torch.Tensor, target_logits: torch.Tensor) -> TreeVerdict:
+    """T = 0 acceptance of a tree.
+
+    draft_tokens, parents: [B, N]; target_logits: [B, N+1, V] (column 0 follows the pending token, column i+1
+    follows node i). From the pending token down, move to the first child whose token is the target's argmax
+    after its parent, while there is one: the path is the target's own greedy continuation, so the output
+    equals target-only greedy decoding. A chain (parents -1, 0, 1, ...) gives greedy_verify's prefix.
+    """
+    bsz, n = draft_tokens.shape
+    target_argmax = target_logits.argmax(dim=-1)  # [B, N+1]
+    node = torch.full((bsz,), -1, dtype=torch.long, device=draft_tokens.device)  # current node per row
+    path = torch.full((bsz, n), -1, dtype=torch.long, device=draft_tokens.device)
+    length = torch.zeros(bsz, dtype=torch.long, device=draft_tokens.device)
+    rows = torch.arange(bsz, device=draft_tokens.device)
+    # one pass in node order: a node's children come after it, so a row that moves to node j meets j's children
+    # later in the same pass; siblings are tried in draft order (the first match wins a duplicate)
+    for j in range(n):
+        want = target_argmax.gather(1, (node + 1)[:, None])[:, 0]  # [B] the target's token after the current node
+        move = (parents[:, j] == node) & (draft_tokens[:, j] == want)
+        path[rows, length] = torch.where(move, j, path[rows, length])
+        length = length + move.long()
+        node = torch.where(move, j, node)
+    next_token = target_argmax.gather(1, (node + 1)[:, None])[:, 0]
+    return TreeVerdict(path=path, accepted=length, next_token=next_token)
+
+
+def tree_rejection_sample(
+    draft_tokens: torch.Tensor,  # [B, N] int64
+    parents: torch.Tensor,  # [B, N] int64, topological (raise_if_not_topological)
+    draft_probs: torch.Tensor | None,  # [B, N, V] q each node was drawn from; None = one-hot at each node's token
+    target_probs: torch.Tensor,  # [B, N+1, V] p after the pending token (column 0) and after each node (i+1)
+    accept_uniforms: torch.Tensor,  # [B, N] float64 in [0, 1), one per node
+    exponentials: torch.Tensor,  # [B, V] float32, Exp(1) noise for the one token drawn per row
+) -> TreeVerdict:
+    """T > 0 acceptance of a tree: recursive rejection sampling over siblings (SpecInfer, arXiv 2305.09781).
+
+    At the current node (first the pending token) with target distribution r = p, try its children in draft
+    order: accept child x drawn from q with probability min(1, r(x) / q(x)) and descend (r = p after x); on a
+    rejection r = norm(max(0, r - q)) and try the next sibling. When every child is rejected, or the node has
+    none, draw the next token from r. The output follows p exactly when the children of a node are independent
+    draws from one q (their rows of draft_probs equal) or distinct tokens with no q (one-hot: x is accepted with
+    probability r(x) and removed from r on rejection, i.e. sampling p by elimination). A chain is the case of one
+    child per node and gives rejection_sample's verdict on the same noise.
+    """
+    bsz, n = draft_tokens.shape
+    dev = draft_tokens.device
+    rows = torch.arange(bsz, device=dev)
+    node = torch.full((bsz,), -1, dtype=torch.long, device=dev)
+    path = torch.full((bsz, n), -1, dtype=torch.long, device=dev)
+    length = torch.zeros(bsz, dtype=torch.long, device=dev)
+    # r: [B, V] what the next token is drawn from if no child of `node` is accepted, unnormalised after a
+    # rejection (mass [B] its sum; 1 for a column of p), so that a chain draws exactly what rejection_sample draws
+    r = target_probs[:, 0].float()
+    mass = torch.ones(bsz, dtype=torch.float64, device=dev)
+    for j in range(n):
+        x = draft_tokens[:, j]  # [B]
+        if draft_probs is None:
+            q = torch.zeros_like(r).scatter_(1, x[:, None], 1.0)
+        else:
+            q = draft_probs[:, j].float()
+        child = parents[:, j] == node  # [B] rows for which node j is a child of the current node
+        # accept iff u < (r(x)/mass)/q(x), written without the division (q(x) = 0 is impossible for a drawn token)
+        q_x, r_x = q.gather(1, x[:, None])[:, 0].double(), r.gather(1, x[:, None])[:, 0].double()
+        ok = child & (accept_uniforms[:, j] * q_x * mass < r_x)
+        # on rejection: norm(max(0, r/mass - q)), kept as max(0, r - mass*q) and its sum
+        residual = (r - (mass[:, None] * q).float()).clamp_min(0.0)
+        left = residual.double().sum(-1)
+        has_mass = left > 0  # none left: the rejection had probability 0, keep r
+        rejected = child & ~ok & has_mass
+        r = torch.where(ok[:, None], target_probs[:, j + 1].float(), torch.where(rejected[:, None], residual, r))
+        mass = torch.where(ok, torch.ones_like(mass), torch.where(rejected, left, mass))
+        path[rows, length] = torch.where(ok, j, path[rows, length])
+        length = length + ok.long()
+        node = torch.where(ok, j, node)
+    return TreeVerdict(path=path, accepted=length, next_token=sample_from(r, exponentials))
+
+
 class Verifier:
     """Draws the noise for rejection sampling from one seeded generator and applies the rule.
 

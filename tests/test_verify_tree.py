@@ -1,0 +1,194 @@
+"""Tree verification (verify.greedy_tree_verify, verify.tree_rejection_sample): chains reduce to the chain rules
+bit for bit, T = 0 follows the target's greedy continuation through the tree, and T > 0 keeps the target's
+distribution (chi-square), failing when the draft's q is ignored.
+
+Small odd sizes: B = 5, N = 7 nodes, V = 11 (or 6 where counts must be dense).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from specbench_testing import chisquare_pvalue
+from specbench.verify import (greedy_tree_verify, greedy_verify, raise_if_not_topological, rejection_sample, sample_from,
+                              tree_rejection_sample)
+
+
+def _chain(bsz: int, k: int) -> torch.Tensor:
+    return torch.arange(-1, k - 1).expand(bsz, k).clone()
+
+
+def _random_tree(g: torch.Generator, bsz: int, n: int) -> torch.Tensor:
+    """Random topological parents [B, N]: node i hangs under -1 or any j < i."""
+    return torch.stack([torch.stack([torch.randint(-1, i, (1,), generator=g)[0] if i else torch.tensor(-1)
+                                     for i in range(n)]) for _ in range(bsz)])
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("with_q", [True, False])
+def test_a_chain_gives_the_chain_verdict_bit_for_bit(seed, with_q):
+    g = torch.Generator().manual_seed(seed)
+    bsz, k, v = 5, 4, 11
+    p = torch.softmax(torch.randn(bsz, k + 1, v, generator=g) * 2, -1)
+    q = torch.softmax(torch.randn(bsz, k, v, generator=g) * 2, -1) if with_q else None
+    # drafts near p so that some are accepted and some rejected
+    tokens = sample_from(p[:, :k], torch.empty(bsz, k, v).exponential_(generator=g)) if seed % 2 else \
+        torch.randint(0, v, (bsz, k), generator=g)
+    u = torch.rand(bsz, k, dtype=torch.float64, generator=g)
+    e = torch.empty(bsz, v).exponential_(generator=g)
+    chain = rejection_sample(tokens, q, p, u, e)
+    tree = tree_rejection_sample(tokens, _chain(bsz, k), q, p, u, e)
+    assert torch.equal(tree.accepted, chain.accepted) and torch.equal(tree.next_token, chain.next_token)
+    for b in range(bsz):
+        assert tree.path[b].tolist() == list(range(int(chain.accepted[b]))) + [-1] * (k - int(chain.accepted[b]))
+    logits = torch.randn(bsz, k + 1, v, generator=g)
+    tokens = torch.where(torch.rand(bsz, k, generator=g) < 0.7, logits[:, :k].argmax(-1), tokens)
+    gt, gc = greedy_tree_verify(tokens, _chain(bsz, k), logits), greedy_verify(tokens, logits)
+    assert torch.equal(gt.accepted, gc.accepted) and torch.equal(gt.next_token, gc.next_token)
+
+
+def _greedy_reference(tokens: list[int], parents: list[int], argmax: list[int]) -> tuple[list[int], int]:
+    """Plain recursion: from the pending token, the first child equal to the target's argmax, again and again."""
+    node, path = -1, []
+    while True:
+        nxt = next((i for i, (t, par) in enumerate(zip(tokens, parents)) if par == node and t == argmax[node + 1]), None)
+        if nxt is None:
+            return path, argmax[node + 1]
+        path.append(nxt)
+        node = nxt
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_greedy_tree_follows_the_target_greedy_continuation(seed):
+    g = torch.Generator().manual_seed(seed)
+    bsz, n, v = 5, 7, 3  # a 3-token vocabulary: many nodes match, so deep paths happen
+    parents = _random_tree(g, bsz, n)
+    tokens = torch.randint(0, v, (bsz, n), generator=g)
+    logits = torch.randn(bsz, n + 1, v, generator=g)
+    out = greedy_tree_verify(tokens, parents, logits)
+    argmax = logits.argmax(-1)
+    for b in range(bsz):
+        path, nxt = _greedy_reference(tokens[b].tolist(), parents[b].tolist(), argmax[b].tolist())
+        assert out.path[b, : len(path)].tolist() == path and int(out.accepted[b]) == len(path)
+        assert (out.path[b, len(path):] == -1).all() and int(out.next_token[b]) == nxt
+
+
+def test_greedy_tree_takes_the_second_branch_when_the_first_is_wrong():
+    v = 5
+    logits = torch.full((1, 5, v), -1.0)
+    logits[0, 0, 3] = 1  # after the pending token the target wants 3
+    logits[0, 2, 4] = 1  # after node 1 (token 3) it wants 4
+    logits[0, 4, 0] = 1  # after node 3 (token 4) it wants 0: the bonus
+    tokens = torch.tensor([[2, 3, 1, 4]])
+    parents = torch.tensor([[-1, -1, 0, 1]])  # node 0 (2) and node 1 (3) under the root; 2 under 0; 3 under 1
+    out = greedy_tree_verify(tokens, parents, logits)
+    assert out.path[0].tolist() == [1, 3, -1, -1] and int(out.accepted[0]) == 2 and int(out.next_token[0]) == 0
+
+
+def test_parents_must_be_topological():
+    raise_if_not_topological(torch.tensor([[-1, 0, 0, 2]]))
+    for bad in ([[-1, 1, 0]], [[0, -1]], [[-1, -2]]):
+        with pytest.raises(ValueError, match="topological"):
+            raise_if_not_topological(torch.tensor(bad))
+
+
+# --- T > 0: the output follows p -----------------------------------------------------------------------------------
+
+V = 6
+ROWS = 40_000
+
+
+def _two_level(g: torch.Generator, sampled: bool):
+    """A target over two tokens: p1 after the pending token, p2[x] after first token x; a draft q1, q2[x]. Each row
+    drafts a tree of 2 first-level children (independent draws from q1, or the two most likely under q1, one-hot)
+    with 2 children each (draws from q2[parent] or its top 2): 6 nodes in topological order."""
+    p1 = torch.softmax(torch.randn(V, generator=g) * 1.5, -1)
+    p2 = torch.softmax(torch.randn(V, V, generator=g) * 1.5, -1)
+    q1 = torch.softmax(torch.randn(V, generator=g) * 1.5, -1)
+    q2 = torch.softmax(torch.randn(V, V, generator=g) * 1.5, -1)
+    parents = torch.tensor([-1, -1, 0, 0, 1, 1]).expand(ROWS, 6)
+    if sampled:
+        first = torch.multinomial(q1, 2 * ROWS, replacement=True, generator=g).view(ROWS, 2)
+        second = torch.stack([torch.multinomial(q2[first[:, i]], 2, replacement=True, generator=g) for i in range(2)], 1)
+    else:
+        first = q1.topk(2).indices.expand(ROWS, 2)
+        second = torch.stack([q2[first[:, i]].topk(2, dim=-1).indices for i in range(2)], 1)
+    tokens = torch.cat([first, second.reshape(ROWS, 4)], 1)  # [B, 6]
+    qs = torch.stack([q1.expand(ROWS, V), q1.expand(ROWS, V)] + [q2[first[:, i // 2]] for i in range(4)], 1)
+    target = torch.stack([p1.expand(ROWS, V)] + [p2[tokens[:, i]] for i in range(6)], 1)  # [B, 7, V]
+    return p1, p2, tokens, parents, (qs if sampled else None), target
+
+
+def _emitted(tokens, out):
+    """The first two tokens the step emits per row (the second only where the first came from the tree)."""
+    rows = torch.arange(tokens.shape[0])
+    first = torch.where(out.accepted >= 1, tokens[rows, out.path[:, 0].clamp(min=0)], out.next_token)
+    second = torch.where(out.accepted >= 2, tokens[rows, out.path[:, 1].clamp(min=0)], out.next_token)
+    return first, second, out.accepted >= 1
+
+
+def _pvalues(p1, p2, first, second, has_second) -> list[float]:
+    pv = [chisquare_pvalue(np.bincount(first.numpy(), minlength=V), p1.numpy())]
+    for x in range(V):  # the second token given the first, where the first came from the tree
+        sel = has_second & (first == x)
+        if int(sel.sum()) >= 500:
+            pv.append(chisquare_pvalue(np.bincount(second[sel].numpy(), minlength=V), p2[x].numpy()))
+    return pv
+
+
+@pytest.mark.parametrize("sampled", [True, False], ids=["iid-draws-with-q", "top2-one-hot"])
+def test_tree_rejection_sampling_keeps_the_target_distribution(sampled):
+    g = torch.Generator().manual_seed(3)
+    p1, p2, tokens, parents, qs, target = _two_level(g, sampled)
+    u = torch.rand(ROWS, 6, dtype=torch.float64, generator=g)
+    e = torch.empty(ROWS, V).exponential_(generator=g)
+    out = tree_rejection_sample(tokens, parents, qs, target, u, e)
+    first, second, has_second = _emitted(tokens, out)
+    assert 0.2 < float(has_second.float().mean()) < 0.95  # both acceptance and rejection happen
+    assert (out.accepted == 2).any()
+    pv = _pvalues(p1, p2, first, second, has_second)
+    assert len(pv) >= 3 and min(pv) > 1e-4, pv
+
+
+def _wrong_no_residual(tokens, parents, qs, target, u, e):
+    """A deliberately WRONG tree rule (a test fake): after a rejected child the next sibling, and the final draw,
+    still use r = p instead of norm(max(0, r - q)), as if the rejection had told nothing."""
+    bsz, n = tokens.shape
+    rows = torch.arange(bsz)
+    node = torch.full((bsz,), -1)
+    path = torch.full((bsz, n), -1)
+    length = torch.zeros(bsz, dtype=torch.long)
+    r = target[:, 0]
+    for j in range(n):
+        x = tokens[:, j]
+        q_x = qs[:, j].gather(1, x[:, None])[:, 0].double()
+        ok = (parents[:, j] == node) & (u[:, j] * q_x < r.gather(1, x[:, None])[:, 0].double())
+        r = torch.where(ok[:, None], target[:, j + 1], r)
+        path[rows, length] = torch.where(ok, j, path[rows, length])
+        length, node = length + ok.long(), torch.where(ok, j, node)
+    return type(tree_rejection_sample(tokens[:1, :0], parents[:1, :0], None, target[:1, :1], u[:1, :0], e[:1]))(
+        path=path, accepted=length, next_token=sample_from(r, e))
+
+
+def test_the_tree_test_fails_under_a_wrong_rule():
+    g = torch.Generator().manual_seed(3)
+    p1, p2, tokens, parents, qs, target = _two_level(g, sampled=True)
+    u = torch.rand(ROWS, 6, dtype=torch.float64, generator=g)
+    e = torch.empty(ROWS, V).exponential_(generator=g)
+    pv = _pvalues(p1, p2, *_emitted(tokens, _wrong_no_residual(tokens, parents, qs, target, u, e)))
+    assert min(pv) < 1e-6, pv
+
+
+def test_drafts_without_q_are_verified_as_one_hot_and_stay_lossless():
+    """Independent draws verified as one-hot tokens (no q given): sampling p by elimination, lossless whatever the
+    candidates are; only acceptance drops."""
+    g = torch.Generator().manual_seed(4)
+    p1, p2, tokens, parents, qs, target = _two_level(g, sampled=True)
+    u = torch.rand(ROWS, 6, dtype=torch.float64, generator=g)
+    e = torch.empty(ROWS, V).exponential_(generator=g)
+    with_q = tree_rejection_sample(tokens, parents, qs, target, u, e)
+    one_hot = tree_rejection_sample(tokens, parents, None, target, u, e)
+    assert min(_pvalues(p1, p2, *_emitted(tokens, one_hot))) > 1e-4
+    assert float(one_hot.accepted.float().mean()) < float(with_q.accepted.float().mean())
