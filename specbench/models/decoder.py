@@ -193,12 +193,26 @@ class DecoderRunner(nn.Module):
         logits_at: torch.Tensor | None = None,  # [B, T'] int64 column indices into T; None = all
         want_hidden: bool = False,
         hidden_layers: tuple[int, ...] = (),
+        slots: torch.Tensor | None = None,  # [B, T] int64 cache slots to write (a tree); None = the positions
+        tree_mask: torch.Tensor | None = None,  # [B, T, T] bool: query t sees new token u (its ancestors and itself)
     ) -> ForwardOutput:
         assert self.k_cache is not None, "call allocate() first"
         assert tokens.shape[0] <= self.k_cache.shape[1], "more rows than the cache was allocated for"
+        if tree_mask is not None:  # trees: the torch path (the Triton decode kernels mask by position only)
+            return self._forward_torch(tokens, positions, attn_len, logits_at, want_hidden, hidden_layers, slots, tree_mask)
         if self.kernels_on(tokens.device):
             return self._forward_kernels(tokens, positions, attn_len, logits_at, want_hidden, hidden_layers)
         return self._forward_torch(tokens, positions, attn_len, logits_at, want_hidden, hidden_layers)
+
+    @torch.inference_mode()
+    def move_kv(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy each row's cache entries from slots src [B, n] to slots dst [B, n] in every layer (an accepted tree
+        path moves into the slots its positions own; no recompute). Sources are read before any write."""
+        bsz = src.shape[0]
+        for cache in (self.k_cache, self.v_cache):
+            idx = src[None, :, None, :, None].expand(cache.shape[0], bsz, cache.shape[2], src.shape[1], cache.shape[4])
+            moved = cache[:, :bsz].gather(3, idx)
+            cache[:, :bsz].scatter_(3, dst[None, :, None, :, None].expand_as(idx), moved)
 
     def _head(self, x: torch.Tensor, logits_at: torch.Tensor | None, want_hidden: bool,
               layer_hidden: list[torch.Tensor], linear=_linear) -> ForwardOutput:
@@ -207,17 +221,26 @@ class DecoderRunner(nn.Module):
         logits = linear(rows, self.lm_head.weight, self.lm_head.bias).view(*out_x.shape[:-1], -1).float().contiguous()
         return ForwardOutput(logits=logits, hidden=x if want_hidden else None, layer_hidden=layer_hidden)
 
-    def _forward_torch(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers) -> ForwardOutput:
+    def _forward_torch(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers,
+                       slots=None, tree_mask=None) -> ForwardOutput:
         bsz, t = tokens.shape
         s = self.max_len if attn_len is None else attn_len
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         x = self.embed(tokens)  # [B, T, H]
         cos, sin = self.rotary(x, positions)  # [B, T, D], computed as transformers does
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
-        # 1) each query at position p sees its own row's slots 0..p
-        slots = torch.arange(s, device=tokens.device)
-        mask = slots[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
-        write_idx = positions[:, None, :, None].expand(bsz, hkv, t, d)
+        cols = torch.arange(s, device=tokens.device)
+        if tree_mask is None:
+            # 1) each query at position p sees its own row's slots 0..p
+            mask = cols[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
+            slots = positions
+        else:
+            # 1) a tree: each node sees the committed prefix (slots below this forward's first) and its ancestors
+            slots = positions if slots is None else slots
+            new = torch.zeros((bsz, t, s), dtype=torch.bool, device=tokens.device)
+            new.scatter_(2, slots[:, None, :].expand(bsz, t, t), tree_mask)
+            mask = ((cols[None, None, :] < slots[:, :1, None]) | new)[:, None]  # [B, 1, T, S]
+        write_idx = slots[:, None, :, None].expand(bsz, hkv, t, d)
         layer_hidden: list[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
             attn, w = layer.self_attn, self._w[i]
