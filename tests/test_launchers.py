@@ -124,7 +124,7 @@ def test_a_failed_or_killed_job_loses_nothing_and_resume_reruns_only_those(tmp_p
     with open(tmp_path / "sweep.log", "w") as log:
         sweep = subprocess.Popen(_command(out, *overrides), env=_env(tmp_path), stdout=log, stderr=subprocess.STDOUT)
         try:
-            # 1) job 1 dies while it decodes, as in an out-of-memory kill or a preemption without requeue
+            # 1) job 1 dies while it runs, as in an out-of-memory kill or a preemption without requeue
             pid = _wait_for(lambda: _pid(out, 1))
             os.kill(pid, signal.SIGKILL)
             sweep.wait(timeout=600)
