@@ -1,6 +1,6 @@
 """Sweeps through Hydra's submitit launcher (conf/hydra/launcher/): real jobs in submitit's local executor on the CPU,
 each in its own process. On a machine without GPUs, hydra.launcher.gpus_per_node=2 still exercises how jobs share
-GPUs (specbench.__main__.one_gpu_per_job): they hold the names "0" and "1", two at a time, and decode on the CPU."""
+GPUs (specbench.launchers.one_gpu_per_job): they hold the names "0" and "1", two at a time, and decode on the CPU."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (specbench[launchers])")
 
 from specbench import report  # noqa: E402
-from specbench.__main__ import LAUNCH_GPUS, one_gpu_per_job  # noqa: E402
+from specbench.launchers import LAUNCH_GPUS, one_gpu_per_job  # noqa: E402
 from specbench.errors import ConfigError  # noqa: E402
 
 COMMON = ["target=tiny-llama", "strategy=draft_model", "draft=self", "dataset=builtin", "dataset.num_prompts=3",
