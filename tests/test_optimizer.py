@@ -70,6 +70,20 @@ def test_an_optimizer_must_maximize_and_have_what_the_objective_needs():
     check_objective(OmegaConf.create({"objective": "acceptance_length", "baseline": False}), OmegaConf.create({}))
 
 
+def test_al_per_draft_forward_refuses_a_strategy_without_a_draft_forward():
+    from hydra import compose, initialize_config_dir
+
+    from specbench.__main__ import _raise_if_no_draft_forward
+    from specbench.config import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        ngram = compose(config_name="config", overrides=["strategy=ngram", "objective=al_per_draft_forward"])
+        chain = compose(config_name="config", overrides=[*SELF_DRAFT, "objective=al_per_draft_forward"])
+    with pytest.raises(ConfigError, match="strategy 'ngram' drafts without a forward; allowed: a strategy with a draft forward"):
+        _raise_if_no_draft_forward(ngram)  # a trial's own setting (strategy may be searched): that trial fails
+    _raise_if_no_draft_forward(chain)
+
+
 # --- the real plugin ----------------------------------------------------------------------------
 
 
