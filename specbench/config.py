@@ -33,6 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from specbench.data.prompts import DatasetConfig
 from specbench.errors import ConfigError, unknown
+from specbench.metrics import OBJECTIVES
 
 
 def _conf_dir() -> Path:
@@ -128,8 +129,11 @@ class RunConfig:
     baseline: bool = True  # also run strategy `none` on the same prompts and report speedup over it
     output_dir: str | None = None  # null = Hydra's job directory
     resume: bool | None = None  # skip a job whose directory holds a complete results.json (specbench.__main__)
+    objective: str = "speedup"  # the job's one number for a settings optimizer (specbench.metrics.OBJECTIVES)
 
     def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise unknown("objective", self.objective, OBJECTIVES)
         if self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens={self.max_new_tokens!r}; allowed: an integer >= 1")
         if self.max_model_len < 2:

@@ -10,15 +10,21 @@
 
 Counters are summed over prompts (AL and rates are token-weighted, as Spec-Bench and vLLM report
 them); timings are reported per prompt with their spread: mean, median, p90 and n.
+
+OBJECTIVES: the one number per job that a settings optimizer (`-m hydra/sweeper=specbench_optuna`)
+maximizes, read from results.json (the `objective` setting picks one; every one is better when higher).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from specbench.engine import BatchTiming, RowResult
+from specbench.errors import unknown
+
+if TYPE_CHECKING:  # annotations only: the report and the config read OBJECTIVES without importing torch
+    from specbench.engine import BatchTiming, RowResult
 
 TIMED = ("ttft_ms", "tpot_ms", "latency_ms", "output_tokens_per_s")
 
@@ -120,3 +126,38 @@ def exact_match(baseline_ids: Sequence[list[int]], strategy_ids: Sequence[list[i
     equal = [a == b for a, b in zip(baseline_ids, strategy_ids)]
     first_diff = next((i for i, e in enumerate(equal) if not e), None)
     return {"equal": sum(equal), "n": len(equal), "all_equal": all(equal), "first_mismatch_index": first_diff}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _at(results: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        results = results.get(key) if isinstance(results, Mapping) else None
+    return results
+
+
+def _al_per_draft_forward(results: Mapping[str, Any]) -> float | None:
+    al, forwards = _number(_at(results, "strategy", "acceptance_length")), _number(_at(results, "strategy", "draft_forwards_per_step"))
+    return al / forwards if al is not None and forwards else None
+
+
+# name -> (what it is, how it is read from a results.json); None when the job's results do not hold it
+OBJECTIVES: dict[str, tuple[str, Callable[[Mapping[str, Any]], float | None]]] = {
+    "speedup": ("baseline TPOT / strategy TPOT, means over prompts",
+                lambda r: _number(_at(r, "speedup", "speedup"))),
+    "whole_batch_speedup": ("whole-batch decode tokens/s of the strategy over the baseline's",
+                            lambda r: _number(_at(r, "speedup", "whole_batch"))),
+    "acceptance_length": ("AL = 1 + accepted / drafts", lambda r: _number(_at(r, "strategy", "acceptance_length"))),
+    "al_per_draft_forward": ("AL / draft forwards per step", _al_per_draft_forward),
+}
+NEEDS_BASELINE = ("speedup", "whole_batch_speedup")  # measured against the target-only run (baseline=true)
+
+
+def objective(results: Mapping[str, Any], name: str) -> float | None:
+    """The objective `name` (one of OBJECTIVES) of a job's results.json; None when the results do not hold it
+    (no baseline for a speedup, no draft forward for al_per_draft_forward, a NaN)."""
+    if name not in OBJECTIVES:
+        raise unknown("objective", name, OBJECTIVES)
+    return OBJECTIVES[name][1](results)

@@ -17,6 +17,13 @@ Hydra's `.hydra/` folder, outputs.jsonl or results.json, and every subdirectory 
 (`sweep_jobs`: the cartesian product of its overrides, as Hydra's basic sweeper builds it), so jobs
 that never started are listed too; `python -m specbench -m <same overrides> hydra.sweep.dir=<dir>
 +resume=true` then runs only the jobs without a complete results.json.
+
+An Optuna sweep (`-m hydra/sweeper=specbench_optuna`, hydra-optuna-sweeper) writes no multirun.yaml: its
+trials' settings are chosen as the study runs, so there is no job list to expand. Its directory is known
+by the optimization_results.yaml the study writes when it ends, or by its jobs' .hydra/hydra.yaml, and the
+report adds a section per study: the best trial's settings and objective (from optimization_results.yaml,
+matched to its job directory; the best finished job's when the study did not end), the objective's spread
+over the trials, every trial ranked by it, and how many trials failed or never started.
 """
 
 from __future__ import annotations
@@ -61,6 +68,38 @@ class Collected:
     unreadable: list[tuple[Path, str]] = field(default_factory=list)  # results.json that did not parse, and why
     never_started: list[tuple[Path, int, list[str]]] = field(default_factory=list)  # (sweep, job number, overrides)
     unknown_sweeps: list[tuple[Path, str]] = field(default_factory=list)  # sweeps whose job list was not derived, and why
+    studies: list[Study] = field(default_factory=list)  # Optuna sweeps
+
+
+@dataclass
+class Trial:
+    job: Job
+    value: float | None  # the study's objective, read back from the job's results.json
+    overrides: dict[str, str]  # the job's command-line settings (.hydra/overrides.yaml), key -> value as written
+
+
+@dataclass
+class Study:
+    """An Optuna sweep: the study's answer (optimization_results.yaml, written when it ends) and its trials."""
+
+    path: Path  # the sweep directory
+    objective: str  # specbench.metrics.OBJECTIVES
+    direction: str
+    n_trials: int | None  # what the sweep asked for
+    searched: list[str]  # the settings the sampler chose
+    best_params: dict[str, Any] | None  # None: the study did not end (no optimization_results.yaml)
+    best_value: float | None
+    trials: list[Trial]  # the finished jobs, best first
+    job_dirs: list[Path]  # every job directory of the sweep, finished or not
+
+    @property
+    def best(self) -> list[Trial]:
+        """The trials run with the best settings; of those, the ones whose objective is the best value first."""
+        if self.best_params is None:
+            return self.trials[:1] if self.trials and self.trials[0].value is not None else []
+        same = [t for t in self.trials if all(_same_value(t.overrides.get(k), v) for k, v in self.best_params.items())]
+        return sorted(same, key=lambda t: not (t.value is not None and self.best_value is not None
+                                                 and math.isclose(t.value, self.best_value, rel_tol=1e-9)))
 
 
 @dataclass
@@ -219,11 +258,13 @@ def collect(roots: Sequence[Path | str], exclude: Sequence[Path | str] = ()) -> 
     roots = [Path(r) for r in roots]
     out = Collected()
     seen: set[Path] = {Path(e).resolve() for e in exclude}
+    all_dirs: list[Path] = []
     for root in roots:
         if not root.is_dir():
             out.unreadable.append((root, "not a directory"))
             continue
         dirs = sorted(_job_dirs(root))
+        all_dirs += [d for d in dirs if d.resolve() not in seen and d not in all_dirs]
         for sweep in sorted(m.parent for m in root.rglob("multirun.yaml")):
             try:
                 jobs = _never_started(sweep, [d for d in dirs if d.parent == sweep])
@@ -248,6 +289,7 @@ def collect(roots: Sequence[Path | str], exclude: Sequence[Path | str] = ()) -> 
     out.jobs.sort(key=lambda j: tuple(_sort_key(j.row.get(c)) for c in
                                       ("target", "dataset", "strategy", "settings", "temperature", "top_k", "top_p", "k", "job")))
     _exact_match_against_none_jobs(out.jobs)
+    out.studies = studies(roots, all_dirs, out.jobs)
     return out
 
 
@@ -297,6 +339,146 @@ def _sort_key(v: Any) -> tuple[int, Any]:
     if v is None:
         return (2, "")
     return (0, v) if isinstance(v, (int, float)) else (1, str(v))
+
+
+# --- Optuna studies ----------------------------------------------------------------------------
+
+
+def _hydra_section(job_dir: Path) -> dict[str, Any]:
+    """The `hydra` section of a job's .hydra/hydra.yaml ({} when there is none that reads)."""
+    import yaml
+
+    try:
+        hydra_cfg = (yaml.safe_load((job_dir / ".hydra" / "hydra.yaml").read_text()) or {}).get("hydra")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return {}
+    return hydra_cfg if isinstance(hydra_cfg, dict) else {}
+
+
+def _job_overrides(job_dir: Path) -> dict[str, str]:
+    """A job's command-line settings (.hydra/overrides.yaml) as key -> value, both as written."""
+    import yaml
+
+    try:
+        items = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
+    except (OSError, yaml.YAMLError):
+        return {}
+    return dict(o.split("=", 1) for o in items if isinstance(o, str) and "=" in o) if isinstance(items, list) else {}
+
+
+def _same_value(written: str | None, value: Any) -> bool:
+    """Whether a value as written on the command line (`strategy.k=3`: "3") is the study's `value` (3)."""
+    import yaml
+
+    if written is None:
+        return False
+    if written == str(value):
+        return True
+    try:
+        return yaml.safe_load(written) == value
+    except yaml.YAMLError:
+        return False
+
+
+def _objective_of(results: Mapping[str, Any], name: str) -> float | None:
+    from specbench.errors import ConfigError
+    from specbench.metrics import objective
+
+    try:
+        return objective(results, name)
+    except ConfigError:  # an objective this specbench does not know
+        return None
+
+
+def studies(roots: Sequence[Path], job_dirs: Sequence[Path], jobs: Sequence[Job]) -> list[Study]:
+    """The Optuna sweeps among `job_dirs`: the directories holding optimization_results.yaml, and those whose
+    jobs ran under an Optuna sweeper (a study that did not end has no optimization_results.yaml)."""
+    import yaml
+
+    by_sweep: dict[Path, list[Path]] = defaultdict(list)
+    for d in job_dirs:
+        by_sweep[d.parent].append(d)
+    hydra_of = {sweep: next((h for h in map(_hydra_section, sorted(dirs)) if h), {}) for sweep, dirs in by_sweep.items()}
+    found = {p.parent for root in roots if root.is_dir() for p in root.rglob("optimization_results.yaml")}
+    found |= {sweep for sweep, h in hydra_of.items() if "optuna" in str(_get(h, "sweeper", "_target_") or "").lower()}
+    finished = {j.path: j for j in jobs}
+    out = []
+    for sweep in sorted(found):
+        dirs = sorted(by_sweep.get(sweep, []))
+        sweeper = _get(hydra_of.get(sweep), "sweeper") or {}
+        try:
+            answer = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            answer = None
+        answer = answer if isinstance(answer, dict) else {}
+        best_params = answer.get("best_params") if isinstance(answer.get("best_params"), dict) else None
+        done = [finished[d] for d in dirs if d in finished]
+        name = next((str(o) for j in done if (o := _get(j.results, "config", "objective"))), "speedup")
+        direction = str(sweeper.get("direction") or "maximize")
+        trials = [Trial(j, _objective_of(j.results, name), _job_overrides(j.path)) for j in done]
+        sign = 1 if direction == "minimize" else -1
+        trials.sort(key=lambda t: (t.value is None, sign * (t.value or 0.0), _sort_key(t.job.label)))
+        if best_params:
+            searched = list(best_params)
+        else:  # the preset's params and whatever the trials set differently
+            keys = {k for t in trials for k in t.overrides}
+            searched = sorted({*map(str, sweeper.get("params") or {}),
+                               *(k for k in keys if len({t.overrides.get(k) for t in trials}) > 1)})
+        n_trials = sweeper.get("n_trials")
+        best_value = answer.get("best_value")
+        out.append(Study(sweep, name, direction, n_trials if isinstance(n_trials, int) else None, searched, best_params,
+                         float(best_value) if isinstance(best_value, (int, float)) else None, trials, dirs))
+    return out
+
+
+def study_section(study: Study) -> str:
+    """Markdown: the study's best settings and objective, its spread over the trials, and the trials ranked."""
+    from specbench.metrics import OBJECTIVES, spread
+
+    name = study.objective
+    what = OBJECTIVES[name][0] if name in OBJECTIVES else "not an objective this specbench knows"
+    unfinished = [d for d in study.job_dirs if not (d / "results.json").exists()]
+    failed = sum((d / "error.json").exists() for d in unfinished)
+    counts = [f"{len(study.trials)} finished"] + [f"{failed} failed"] * bool(failed)
+    counts += [f"{len(unfinished) - failed} unfinished"] * bool(len(unfinished) - failed)
+    never = (study.n_trials or 0) - len(study.job_dirs)
+    counts += [f"{never} never started"] * (never > 0)
+    asked = f"{study.n_trials} trials asked, " if study.n_trials else ""
+    parts = [f"## Optuna study: {study.path}", "",
+             f"{study.direction.capitalize()}s `{name}` ({what}) over {', '.join(study.searched) or '-'}: "
+             f"{asked}{', '.join(counts)}."]
+    best = study.best
+    if study.best_params is not None:
+        settings = " ".join(f"{k}={v}" for k, v in study.best_params.items())
+        where = (f" (job {best[0].job.label}" + "".join(f"; also job {t.job.label}: {_fmt(t.value)}" for t in best[1:]) + ")"
+                 if best else " (no job directory with these settings and a results.json)")
+        parts.append(f"\n**Best settings** (optimization_results.yaml): `{settings}`, {name} = {_fmt(study.best_value)}{where}.")
+    elif best:
+        settings = " ".join(f"{k}={best[0].overrides.get(k, '-')}" for k in study.searched)
+        parts.append(f"\nThe study did not end (no optimization_results.yaml). **Best settings so far**: `{settings}`, "
+                     f"{name} = {_fmt(best[0].value)} (job {best[0].job.label}).")
+    else:
+        parts.append("\nNo trial finished with a value: the study has no best settings.")
+    if best:
+        r = best[0].job.row
+        parts.append(f"That job: acceptance length {_fmt(r['acceptance_length'])}, speedup {_fmt(r['speedup'])} (per prompt: "
+                     f"median {_fmt(r['speedup_per_prompt_median'])}, p90 {_fmt(r['speedup_per_prompt_p90'])}, "
+                     f"n={r['n_prompts']}), strategy TPOT {_fmt(r['tpot_strategy_ms'])} ms vs {_fmt(r['tpot_baseline_ms'])} ms.")
+    values = sorted(t.value for t in study.trials if t.value is not None)
+    if values:
+        parts.append(f"`{name}` over the {len(values)} trials with a value: min {_fmt(values[0])}, median "
+                     f"{_fmt(spread(values)['median'])}, max {_fmt(values[-1])}.")
+    if never > 0:
+        parts.append(f"{never} trial{'s' if never != 1 else ''} never started: a study picks each trial's settings as it goes, "
+                     f"so they cannot be listed. `+resume=true` with the same overrides and hydra.sweep.dir replays a seeded "
+                     f"study: its finished trials are proposed again and skipped, and the study goes on.")
+    if study.trials:
+        extra = [c for c in ("acceptance_length", "speedup", "tpot_strategy_ms") if c != name]
+        header = ["rank", "job", *study.searched, name, *extra]
+        rows = [[i + 1, t.job.label, *(t.overrides.get(k, "-") for k in study.searched), t.value, *(t.job.row[c] for c in extra)]
+                for i, t in enumerate(study.trials)]
+        parts += ["", f"Trials by {name}, best first:", "", markdown_table(header, rows)]
+    return "\n".join(parts) + "\n"
 
 
 # --- tables ------------------------------------------------------------------------------------
@@ -504,6 +686,8 @@ def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None)
                      "with baseline=false.")
     else:
         parts.append("No results.json found.")
+    for study in found.studies:
+        parts.append("\n" + study_section(study).rstrip("\n"))
     if found.missing:
         parts.append(f"\n{len(found.missing)} job director{'ies' if len(found.missing) != 1 else 'y'} without results.json "
                      "(crashed or unfinished), skipped:")

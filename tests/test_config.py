@@ -128,7 +128,7 @@ def test_the_packaged_defaults_are_the_schemas():
     assert OmegaConf.to_container(c.sampling) == asdict(SamplingConfig())
     assert OmegaConf.to_container(c.engine) == asdict(EngineConfig())
     schema = RunConfig(target=None, strategy=None, dataset=None)  # type: ignore[arg-type]
-    for key in ("max_new_tokens", "max_model_len", "baseline", "output_dir", "resume"):
+    for key in ("max_new_tokens", "max_model_len", "baseline", "output_dir", "resume", "objective"):
         assert c[key] == getattr(schema, key), key
     assert OmegaConf.to_container(c.verify) == asdict(schema.verify)
 
