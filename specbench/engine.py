@@ -96,8 +96,8 @@ class Engine:
         self.min_cache_len = 0  # see reserve()
 
     def cache_len(self, prompt_len: int) -> int:
-        """Slots a row needs: prompt + new tokens + one full verify window past the last commit."""
-        return prompt_len + self.max_new_tokens + self.proposer.k + 1
+        """Slots a row needs: prompt + new tokens + one full verify window (every draft node) past the last commit."""
+        return prompt_len + self.max_new_tokens + self.proposer.nodes_per_step + 1
 
     def reserve(self, max_prompt_len: int) -> None:
         """Size every batch's caches for the longest prompt of the run, so caches (and the CUDA graphs
@@ -160,20 +160,20 @@ class Engine:
             clock.mark()
             # 1) propose K drafts per row
             draft = self.proposer.propose(state)
-            if not draft.chain:
-                raise NotImplementedError(f"strategy {self.proposer.name!r} drafted a tree; this engine verifies chains "
-                                          f"(parents -1, 0, 1, ...) only")
             clock.mark()
-            # 2) verify: one target forward over [pending token, d_1..d_K] at positions L-1 .. L-1+K
-            positions = state.lengths[:, None] - 1 + steps  # [B, K+1]
-            inputs = torch.cat([state.tokens.gather(1, positions[:, :1]), draft.tokens], dim=1)
-            out = self.target(inputs, positions, attn_len=max(lengths_host) + k,
-                              want_hidden=self.want_hidden, hidden_layers=self.hidden_layers)
-            # 3) accept: n drafts per row, then the correction or bonus token
-            verdict = self.verifier(draft.tokens, draft.probs, out.logits)
-            emitted = torch.cat([draft.tokens, verdict.next_token[:, None]], dim=1)  # [B, K+1]
+            if draft.chain:
+                # 2) verify: one target forward over [pending token, d_1..d_K] at positions L-1 .. L-1+K
+                positions = state.lengths[:, None] - 1 + steps  # [B, K+1]
+                inputs = torch.cat([state.tokens.gather(1, positions[:, :1]), draft.tokens], dim=1)
+                out = self.target(inputs, positions, attn_len=max(lengths_host) + k,
+                                  want_hidden=self.want_hidden, hidden_layers=self.hidden_layers)
+                # 3) accept: n drafts per row, then the correction or bonus token
+                verdict = self.verifier(draft.tokens, draft.probs, out.logits)
+                emitted = torch.cat([draft.tokens, verdict.next_token[:, None]], dim=1)  # [B, K+1]
+            else:
+                positions, out, verdict, emitted = self._verify_tree(state, draft, lengths_host)
             emitted.scatter_(1, verdict.accepted[:, None], verdict.next_token[:, None])  # d_1..d_n, next
-            state.tokens.scatter_(1, positions + 1, emitted)  # beyond a row's new length it is garbage
+            state.tokens.scatter_(1, positions[:, : k + 1] + 1, emitted)  # beyond a row's new length it is garbage
             clock.mark()
             # 4) commit on the host: the one synchronisation of the step
             host = torch.cat([verdict.accepted[:, None], emitted], dim=1).tolist()
@@ -193,7 +193,7 @@ class Engine:
                             break
                 if k > 0:
                     row.drafts += 1
-                    row.draft_tokens += k
+                    row.draft_tokens += draft.tokens.shape[1]  # nodes verified (K for a chain)
                     row.accepted_tokens += n
                     for i in range(n):
                         row.accepted_at[i] += 1
@@ -218,6 +218,32 @@ class Engine:
         timing.total_s = time.perf_counter() - t0
         timing.draft_forwards = self.proposer.draft_forwards - forwards_before
         return rows, timing
+
+    def _verify_tree(self, state: DecodeState, draft, lengths_host: list[int]):
+        """2)-3) for a tree: one target forward over [pending, node 0..N-1] (node j at cache slot L+j, RoPE position
+        L-1+depth, seeing its ancestors), the accepted path, and its KV entries moved to slots L, L+1, ... (no
+        recompute). Returns (positions [B, K+1] of the path's tokens, the forward, the verdict, the path's tokens
+        [B, K+1] with room for the next token)."""
+        from specbench.verify import tree_layout
+
+        k, n = self.proposer.k, draft.tokens.shape[1]
+        dev = draft.tokens.device
+        if self.want_hidden:
+            raise NotImplementedError("tree drafting for strategies that read the target's hidden states is not built yet")
+        depth, mask = tree_layout(draft.parents)  # [B, 1+N], [B, 1+N, 1+N]
+        start = state.lengths[:, None] - 1
+        inputs = torch.cat([state.tokens.gather(1, start), draft.tokens], dim=1)
+        out = self.target(inputs, start + depth, attn_len=max(lengths_host) + n, slots=start + torch.arange(n + 1, device=dev),
+                          tree_mask=mask)
+        verdict = self.verifier.tree(draft.tokens, draft.parents, draft.probs, out.logits)
+        path = verdict.path[:, :k]  # [B, K] node indices in depth order (-1 past the accepted length)
+        walked = torch.arange(k, device=dev)[None] < verdict.accepted[:, None]
+        dst = state.lengths[:, None] + torch.arange(k, device=dev)  # the path's positions L, L+1, ...
+        src = torch.where(walked, state.lengths[:, None] + path.clamp(min=0), dst)  # node j was written at slot L+j
+        self.target.move_kv(src, dst)
+        emitted = torch.cat([draft.tokens.gather(1, path.clamp(min=0)), verdict.next_token[:, None]], dim=1)  # [B, K+1]
+        positions = start + torch.arange(k + 1, device=dev)
+        return positions, out, verdict, emitted
 
     def _maybe_finish(self, row: RowResult, b: int, active: list[bool], now: float) -> None:
         if row.output_ids and row.output_ids[-1] in self.eos_ids:

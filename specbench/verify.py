@@ -155,6 +155,23 @@ def raise_if_not_topological(parents: torch.Tensor) -> None:
         raise ValueError(f"tree parents must satisfy -1 <= parents[b, i] < i (topological order); got {parents.tolist()}")
 
 
+def tree_layout(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a verify forward over [pending token, node 0..N-1]: depth [B, 1+N] (0 for the pending token) and the
+    ancestor mask [B, 1+N, 1+N] (column u is an ancestor of, or is, row t). Parents must be topological."""
+    bsz, n = parents.shape
+    dev = parents.device
+    depth = torch.zeros((bsz, n + 1), dtype=torch.long, device=dev)
+    mask = torch.zeros((bsz, n + 1, n + 1), dtype=torch.bool, device=dev)
+    mask[:, 0, 0] = True
+    rows = torch.arange(bsz, device=dev)
+    for i in range(n):  # a node's row is its parent's row plus itself (the parent's row is complete: topological)
+        up = parents[:, i] + 1  # [B] the parent's column
+        depth[:, i + 1] = depth[rows, up] + 1
+        mask[:, i + 1] = mask[rows, up]
+        mask[:, i + 1, i + 1] = True
+    return depth, mask
+
+
 def greedy_tree_verify(draft_tokens: torch.Tensor, parents: torch.Tensor, target_logits: torch.Tensor) -> TreeVerdict:
     """T = 0 acceptance of a tree.
 
@@ -251,6 +268,24 @@ class Verifier:
     def exponentials(self, shape: tuple[int, ...]) -> torch.Tensor:
         e = torch.empty(shape, device=self.device, dtype=torch.float32)
         return e.exponential_(generator=self.generator)
+
+    def tree(
+        self,
+        draft_tokens: torch.Tensor,  # [B, N]
+        parents: torch.Tensor,  # [B, N] topological
+        draft_probs: torch.Tensor | None,  # [B, N, V] or None (one-hot)
+        target_logits: torch.Tensor,  # [B, N+1, V]
+    ) -> TreeVerdict:
+        """Verify a tree: greedy_tree_verify at T = 0, else tree_rejection_sample on this verifier's noise."""
+        if self.params.greedy:
+            return greedy_tree_verify(draft_tokens, parents, target_logits)
+        bsz, n = draft_tokens.shape
+        vocab = target_logits.shape[-1]
+        if draft_probs is not None and draft_probs.shape[-1] < vocab:
+            draft_probs = torch.nn.functional.pad(draft_probs, (0, vocab - draft_probs.shape[-1]))
+        u = torch.rand((bsz, n), device=self.device, dtype=torch.float64, generator=self.generator)
+        return tree_rejection_sample(draft_tokens, parents, draft_probs, self.probs(target_logits), u,
+                                     self.exponentials((bsz, vocab)))
 
     def __call__(
         self,

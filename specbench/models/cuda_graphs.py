@@ -118,11 +118,18 @@ class GraphedRunner:
     def __call__(self, *args: Any, **kwargs: Any) -> ForwardOutput:
         return self.forward(*args, **kwargs)
 
+    def move_kv(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        self.runner.move_kv(src, dst)
+
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, attn_len: int | None = None,
                 logits_at: torch.Tensor | None = None, want_hidden: bool = False,
-                hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
+                hidden_layers: tuple[int, ...] = (), slots: torch.Tensor | None = None,
+                tree_mask: torch.Tensor | None = None) -> ForwardOutput:
         bsz, t = tokens.shape
+        if tree_mask is not None:  # trees run eagerly for now (graphs per (batch, N) are still to come)
+            return self.runner(tokens, positions, attn_len=attn_len, logits_at=logits_at, want_hidden=want_hidden,
+                               hidden_layers=hidden_layers, slots=slots, tree_mask=tree_mask)
         if t > self.max_graph_tokens or bsz > self.rows:
             return self.runner(tokens, positions, attn_len=attn_len, logits_at=logits_at, want_hidden=want_hidden,
                                hidden_layers=hidden_layers)

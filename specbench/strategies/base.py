@@ -90,6 +90,13 @@ def chain_parents(n: int, device: torch.device) -> torch.Tensor:
     return torch.arange(-1, n - 1, device=device)
 
 
+@lru_cache(maxsize=64)
+def topk_parents(k: int, top_k: int, device: torch.device) -> torch.Tensor:
+    """[1, K * top_k] parents of a top-k tree in depth order: at depth i the chain node (index i * top_k) then its
+    top_k - 1 runners-up, all under the chain node of depth i - 1 (the pending token at depth 0)."""
+    return torch.tensor([[-1 if i < top_k else (i // top_k - 1) * top_k for i in range(k * top_k)]], device=device)
+
+
 @dataclass
 class Draft:
     """N draft tokens per row, node i under node parents[b, i] (-1 = the pending token)."""
@@ -130,10 +137,12 @@ class Proposer(ABC):
     needs_draft_model: ClassVar[bool] = False  # run() loads cfg.draft for it (draft=self: the target drafts itself)
 
     def __init__(self, ctx: BuildContext, k: int, name: str = "", one_extra_forward_pass: bool = False,
-                 drop_first_drafted_tokens: bool = False, **options: Any) -> None:
+                 drop_first_drafted_tokens: bool = False, tree: str = "chain", top_k: int = 1, **options: Any) -> None:
         if options:
             raise ConfigError(f"strategy {name or type(self).__name__} got unknown settings {sorted(options)}")
         type(self).raise_if_bad_scheme(name, one_extra_forward_pass, drop_first_drafted_tokens)
+        type(self).raise_if_bad_tree(name, tree, top_k)
+        self.tree, self.top_k = tree, top_k
         self.k = k
         self.name = name
         self.sampling = ctx.sampling
@@ -155,6 +164,11 @@ class Proposer(ABC):
         self.generator = torch.Generator(device=ctx.device)
         self.reseed()
 
+    @property
+    def nodes_per_step(self) -> int:
+        """Draft nodes a verify forward holds besides the pending token (K for a chain)."""
+        return self.k * self.top_k if self.tree == "topk" else self.k
+
     def reseed(self) -> None:
         """Restart the draft's random stream. run() calls it after the untimed warm-up, so that
         engine.warmup never changes sampled tokens."""
@@ -168,6 +182,17 @@ class Proposer(ABC):
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ConfigError(f"strategy.k={k!r} for strategy {name!r}; allowed: an integer >= 1")
         cls.raise_if_bad_scheme(name, cfg.get("one_extra_forward_pass", False), cfg.get("drop_first_drafted_tokens", False))
+
+    @classmethod
+    def raise_if_bad_tree(cls, name: str, tree: Any, top_k: Any) -> None:
+        """strategy.tree: chain, or topk (the top-1 chain with its top_k - 1 runners-up at every depth as leaves)."""
+        if tree not in ("chain", "topk"):
+            raise ConfigError(f"strategy.tree={tree!r} for strategy {name!r}; allowed: chain, topk")
+        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+            raise ConfigError(f"strategy.top_k={top_k!r} for strategy {name!r}; allowed: an integer >= 1")
+        if tree == "topk" and not (cls.drafting == "chain" and not cls.pass_hidden_states_to_model):
+            raise ConfigError(f"strategy.tree=topk for strategy {name!r}; allowed for chain drafters that read no "
+                              f"target hidden states (draft_model, layer_skip) so far")
 
     @classmethod
     def raise_if_bad_scheme(cls, name: str, extra: Any, drop: Any) -> None:
@@ -271,14 +296,22 @@ class Proposer(ABC):
         tokens, probs = [], []
         for i in range(k):
             d, q = self._pick(out.logits)
-            tokens.append(d[:, 0])
+            tokens.append(d)
             if q is not None:
-                probs.append(q[:, 0])
+                probs.append(q)
+            if self.tree == "topk" and self.top_k > 1:  # the runners-up after the same context, as one-hot leaves
+                others = out.logits.scatter(-1, d[..., None], float("-inf")).topk(self.top_k - 1, dim=-1).indices[:, 0]
+                tokens.append(others)
+                if q is not None:
+                    probs.append(torch.zeros_like(q).expand(-1, self.top_k - 1, -1).scatter(-1, others[..., None], 1.0))
             if i + 1 < k:
                 pos = state.lengths[:, None] + i  # d_{i+1} sits at position lengths + i
                 out = self.draft_forward(d, pos, out.hidden, attn_len)
                 self.draft_forwards += 1
-        return Draft(tokens=torch.stack(tokens, 1), probs=torch.stack(probs, 1) if probs else None)
+        tokens_t, probs_t = torch.cat(tokens, 1), torch.cat(probs, 1) if probs else None
+        if self.tree == "topk" and self.top_k > 1:
+            return Draft(tokens=tokens_t, probs=probs_t, parents=topk_parents(k, self.top_k, self.device).expand(bsz, -1))
+        return Draft(tokens=tokens_t, probs=probs_t)
 
     def commit(self, state: DecodeState, verdict: Verdict, accepted: list[int], old_lengths: list[int]) -> None:
         """Hear what the target accepted. `state` is already committed; `accepted` (= verdict.accepted on the
@@ -289,6 +322,9 @@ class Proposer(ABC):
         # (possibly truncated) length. A hidden-state drafter wrote them from its own features, not the target's:
         # none is kept, the next catch-up rewrites them from the target's true features.
         kept = (lambda n: 0) if self.pass_hidden_states_to_model else (lambda n: min(n, self.k - 1))
+        if self.tree == "topk" and self.top_k > 1:  # the draft fed only the chain: the path's leading chain nodes
+            chain = [[node == d * self.top_k for d, node in enumerate(row)] for row in verdict.path.tolist()]
+            accepted = [next((d for d, on in enumerate(row[:n]) if not on), n) for row, n in zip(chain, accepted)]
         self.seen = [min(old + kept(n), new) for old, n, new in zip(old_lengths, accepted, state.lengths_host)]
 
     # -- helpers ---------------------------------------------------------------------------------------------

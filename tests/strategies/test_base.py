@@ -241,9 +241,10 @@ class _TreeDraft(DraftModelProposer):
         return Draft(tokens=d.tokens, parents=torch.full_like(d.tokens, -1))
 
 
-def test_the_engine_refuses_a_tree_it_cannot_verify(target, draft):
-    with pytest.raises(NotImplementedError, match="tree"):
-        _generate(_ctx(target, draft), _TreeDraft(_ctx(target, draft), k=2), max_new=4)
+def test_the_engine_verifies_any_tree_a_strategy_returns(target, draft):
+    """A draft whose nodes all hang under the pending token (K siblings) is verified as a tree: lossless."""
+    rows, _ = _generate(_ctx(target, draft), _TreeDraft(_ctx(target, draft), k=2), max_new=6)
+    assert [r.output_ids for r in rows] == hf_greedy(target.model, ragged_prompts(V, LENGTHS), 6)
 
 
 def test_parallel_drafting_is_one_forward_per_step(target, tmp_path):
