@@ -255,9 +255,11 @@ class Verifier:
     One Verifier per run: the same seed gives the same tokens for the same batches.
     """
 
-    def __init__(self, params: SamplingParams, device: torch.device | str, rule: Callable[..., Verdict] | None = None) -> None:
+    def __init__(self, params: SamplingParams, device: torch.device | str, rule: Callable[..., Verdict] | None = None,
+                 tree_rule: Callable[..., TreeVerdict] | None = None) -> None:
         self.params = params
         self.rule = rule or rejection_sample  # same signature as rejection_sample (the Triton kernel plugs in here)
+        self.tree_rule = tree_rule or tree_rejection_sample  # same signature as tree_rejection_sample
         self.device = torch.device(device)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(params.seed)
@@ -284,8 +286,8 @@ class Verifier:
         if draft_probs is not None and draft_probs.shape[-1] < vocab:
             draft_probs = torch.nn.functional.pad(draft_probs, (0, vocab - draft_probs.shape[-1]))
         u = torch.rand((bsz, n), device=self.device, dtype=torch.float64, generator=self.generator)
-        return tree_rejection_sample(draft_tokens, parents, draft_probs, self.probs(target_logits), u,
-                                     self.exponentials((bsz, vocab)))
+        return self.tree_rule(draft_tokens, parents, draft_probs, self.probs(target_logits), u,
+                              self.exponentials((bsz, vocab)))
 
     def __call__(
         self,

@@ -100,6 +100,28 @@ def resample_from_p(draft, draft_probs, target_probs, u, e):
     return Verdict(v.accepted, torch.where(v.accepted < draft.shape[1], resample, v.next_token))
 
 
+def tree_resample_from_p(tokens, parents, qs, target, u, e):
+    """THE deliberately wrong tree rule (verify.Verifier's `tree_rule`; the tree twin of resample_from_p): after a
+    rejected child the next sibling, and the final draw, still use r = p instead of norm(max(0, r - q))."""
+    from specbench.verify import TreeVerdict, sample_from
+
+    bsz, n = tokens.shape
+    dev = tokens.device
+    rows = torch.arange(bsz, device=dev)
+    node = torch.full((bsz,), -1, device=dev)
+    path = torch.full((bsz, n), -1, device=dev)
+    length = torch.zeros(bsz, dtype=torch.long, device=dev)
+    r = target[:, 0]
+    for j in range(n):
+        x = tokens[:, j]
+        q_x = (qs[:, j].gather(1, x[:, None])[:, 0] if qs is not None else torch.ones(bsz)).double()
+        ok = (parents[:, j] == node) & (u[:, j] * q_x < r.gather(1, x[:, None])[:, 0].double())
+        r = torch.where(ok[:, None], target[:, j + 1], r)
+        path[rows, length] = torch.where(ok, j, path[rows, length])
+        length, node = length + ok.long(), torch.where(ok, j, node)
+    return TreeVerdict(path=path, accepted=length, next_token=sample_from(r, e))
+
+
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
     """Tiny models gain nothing from intra-op threads, and on a shared CPU OpenMP spin-waits cost a lot.

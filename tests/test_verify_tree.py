@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from specbench_testing import chisquare_pvalue
+from specbench_testing import chisquare_pvalue, tree_resample_from_p
 from specbench.verify import (greedy_tree_verify, greedy_verify, raise_if_not_topological, rejection_sample, sample_from,
                               tree_rejection_sample)
 
@@ -152,32 +152,12 @@ def test_tree_rejection_sampling_keeps_the_target_distribution(sampled):
     assert len(pv) >= 3 and min(pv) > 1e-4, pv
 
 
-def _wrong_no_residual(tokens, parents, qs, target, u, e):
-    """A deliberately WRONG tree rule (a test fake): after a rejected child the next sibling, and the final draw,
-    still use r = p instead of norm(max(0, r - q)), as if the rejection had told nothing."""
-    bsz, n = tokens.shape
-    rows = torch.arange(bsz)
-    node = torch.full((bsz,), -1)
-    path = torch.full((bsz, n), -1)
-    length = torch.zeros(bsz, dtype=torch.long)
-    r = target[:, 0]
-    for j in range(n):
-        x = tokens[:, j]
-        q_x = qs[:, j].gather(1, x[:, None])[:, 0].double()
-        ok = (parents[:, j] == node) & (u[:, j] * q_x < r.gather(1, x[:, None])[:, 0].double())
-        r = torch.where(ok[:, None], target[:, j + 1], r)
-        path[rows, length] = torch.where(ok, j, path[rows, length])
-        length, node = length + ok.long(), torch.where(ok, j, node)
-    return type(tree_rejection_sample(tokens[:1, :0], parents[:1, :0], None, target[:1, :1], u[:1, :0], e[:1]))(
-        path=path, accepted=length, next_token=sample_from(r, e))
-
-
 def test_the_tree_test_fails_under_a_wrong_rule():
     g = torch.Generator().manual_seed(3)
     p1, p2, tokens, parents, qs, target = _two_level(g, sampled=True)
     u = torch.rand(ROWS, 6, dtype=torch.float64, generator=g)
     e = torch.empty(ROWS, V).exponential_(generator=g)
-    pv = _pvalues(p1, p2, *_emitted(tokens, _wrong_no_residual(tokens, parents, qs, target, u, e)))
+    pv = _pvalues(p1, p2, *_emitted(tokens, tree_resample_from_p(tokens, parents, qs, target, u, e)))
     assert min(pv) < 1e-6, pv
 
 

@@ -28,11 +28,12 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from specbench_testing import chisquare_pvalue, perturbed, resample_from_p, tiny
+from specbench_testing import chisquare_pvalue, perturbed, resample_from_p, tiny, tree_resample_from_p
 from specbench.engine import Engine
 from specbench.models.loading import LoadedModel
 from specbench.models.runner import make_runner
 from specbench.run import CONF_DIR, Report, available_strategies, run
+from specbench.errors import ConfigError
 from specbench.strategies.base import BuildContext, Proposer
 from specbench.verify import SamplingParams, Verifier, logits_to_probs
 
@@ -57,6 +58,24 @@ def _compose(*overrides: str):
 @cache
 def _strategy_class(name: str) -> type[Proposer]:
     return get_class(_compose(f"strategy={name}").strategy._target_)
+
+
+def _drafts_trees(name: str) -> bool:
+    try:
+        _strategy_class(name).raise_if_bad_tree(name, "topk", 2)
+    except ConfigError:
+        return False
+    return True
+
+
+# every strategy as registered, and each tree mode a strategy accepts (strategy.tree=topk)
+TREE = {"tree": "topk", "top_k": 2}
+VARIANTS = [pytest.param(s, {}, id=s) for s in STRATEGIES] + [
+    pytest.param(s, TREE, id=f"{s}[tree=topk]") for s in STRATEGIES if _drafts_trees(s)]
+
+
+def _settings(extra: dict) -> list[str]:
+    return [f"++strategy.{key}={value}" for key, value in extra.items()]
 
 
 def _run(strategy: str, target: str, out: Path, *overrides: str) -> Report:
@@ -90,10 +109,10 @@ def _plain_greedy(target: str, prompt: tuple[int, ...], max_new: int) -> tuple[l
 
 @pytest.mark.parametrize("batch_size", [1, 4])
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_greedy_output_equals_plain_greedy_decoding(strategy, target, batch_size, tmp_path):
+@pytest.mark.parametrize("strategy, extra", VARIANTS)
+def test_greedy_output_equals_plain_greedy_decoding(strategy, extra, target, batch_size, tmp_path):
     needs_draft = _strategy_class(strategy).needs_draft_model
-    report = _run(strategy, target, tmp_path, f"engine.batch_size={batch_size}",
+    report = _run(strategy, target, tmp_path, f"engine.batch_size={batch_size}", *_settings(extra),
                   *([f"draft={TARGETS[target]}"] if needs_draft else []))
     prompts = [tuple(o["prompt_token_ids"]) for o in report.outputs]
     assert len({len(p) for p in prompts[:4]}) == 4, "the batch of 4 should mix prompt lengths"
@@ -110,10 +129,10 @@ def test_greedy_output_equals_plain_greedy_decoding(strategy, target, batch_size
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("strategy", [s for s in STRATEGIES if _strategy_class(s).needs_draft_model])
-def test_a_self_draft_accepts_every_token(strategy, temperature, tmp_path):
+@pytest.mark.parametrize("strategy, extra", [v for v in VARIANTS if _strategy_class(v.values[0]).needs_draft_model])
+def test_a_self_draft_accepts_every_token(strategy, extra, temperature, tmp_path):
     target = "tiny-qwen3"
-    report = _run(strategy, target, tmp_path, "draft=self", "engine.batch_size=4",
+    report = _run(strategy, target, tmp_path, "draft=self", "engine.batch_size=4", *_settings(extra),
                   f"sampling.temperature={temperature}")
     k, summary = report.results["run"]["k"], report.results["strategy"]
     assert k >= 1 and summary["acceptance_length"] == k + 1, summary
@@ -158,15 +177,16 @@ def sharp_target() -> tuple[LoadedModel, list[np.ndarray]]:
     return model, _exact_marginals(model, PROMPT, SAMPLING)
 
 
-def _sample(strategy: str, target: LoadedModel, rule=None) -> tuple[np.ndarray, float]:
+def _sample(strategy: str, target: LoadedModel, extra: dict, rule=None, tree_rule=None) -> tuple[np.ndarray, float]:
     """N rows of PROMPT through the strategy built from its registry config (the class from `_target_`, the
     Engine and a Verifier with `rule`): the generated tokens [N, TOKENS] and the acceptance rate. A strategy
     that needs a draft model gets a perturbed copy of the target (about half its drafts are accepted)."""
-    options = OmegaConf.to_container(_compose("target=tiny-llama", f"strategy={strategy}").strategy, resolve=True)
+    options = {**OmegaConf.to_container(_compose("target=tiny-llama", f"strategy={strategy}").strategy, resolve=True),
+               **extra}
     cls = get_class(options.pop("_target_"))
     draft = perturbed(target, 0.3) if cls.needs_draft_model else None
     ctx = BuildContext(target=target, target_runner=make_runner(target.model), draft=draft, sampling=SAMPLING, device=CPU)
-    engine = Engine(ctx.target_runner, cls(ctx, **options), Verifier(SAMPLING, CPU, rule=rule), max_new_tokens=TOKENS,
+    engine = Engine(ctx.target_runner, cls(ctx, **options), Verifier(SAMPLING, CPU, rule=rule, tree_rule=tree_rule), max_new_tokens=TOKENS,
                     eos_ids=set(), device=CPU)
     rows, _ = engine.generate([PROMPT] * N)
     drafted = sum(r.draft_tokens for r in rows)
@@ -177,21 +197,21 @@ def _pvalues(out: np.ndarray, marginals: list[np.ndarray]) -> list[float]:
     return [chisquare_pvalue(np.bincount(out[:, i], minlength=len(m)), m) for i, m in enumerate(marginals)]
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_sampled_tokens_follow_the_target_distribution(strategy, sharp_target):
+@pytest.mark.parametrize("strategy, extra", VARIANTS)
+def test_sampled_tokens_follow_the_target_distribution(strategy, extra, sharp_target):
     """Every strategy at T > 0 (a strategy without q is verified as one-hot); the samplers must also draft
     something the target partly accepts, or the wrong-rule check below could not see their q."""
     target, marginals = sharp_target
-    out, acceptance = _sample(strategy, target)
+    out, acceptance = _sample(strategy, target, extra)
     pvalues = _pvalues(out, marginals)
     assert min(pvalues) > 1e-4, pvalues
     if _strategy_class(strategy).samples:
         assert 0.01 < acceptance < 0.99, f"acceptance rate {acceptance:.3f}: acceptance and rejection should both happen"
 
 
-@pytest.mark.parametrize("strategy", [s for s in STRATEGIES if _strategy_class(s).samples])
-def test_the_distribution_test_fails_under_a_wrong_acceptance_rule(strategy, sharp_target):
+@pytest.mark.parametrize("strategy, extra", [v for v in VARIANTS if _strategy_class(v.values[0]).samples])
+def test_the_distribution_test_fails_under_a_wrong_acceptance_rule(strategy, extra, sharp_target):
     target, marginals = sharp_target
-    out, _ = _sample(strategy, target, rule=resample_from_p)
+    out, _ = _sample(strategy, target, extra, rule=resample_from_p, tree_rule=tree_resample_from_p)
     pvalues = _pvalues(out, marginals)
     assert min(pvalues[1:]) < 1e-6, f"no power: the wrong rule passes ({pvalues})"  # token 1 never sees a draft
