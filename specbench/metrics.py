@@ -79,6 +79,7 @@ def summarize(per_prompt: Sequence[dict[str, Any]], timings: Sequence[BatchTimin
         "accepted_tokens": accepted,
         "acceptance_length": 1 + accepted / drafts if drafts else 1.0,
         "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+        "nodes_per_step": draft_tokens / drafts if drafts else 0.0,  # draft tokens verified per step (K for a chain)
         "per_position_acceptance": per_pos,
         "acceptance_length_per_prompt": spread([m["acceptance_length"] for m in per_prompt]),
         "itl_ms": spread([g for m in per_prompt for g in m["itl_ms"]]),
