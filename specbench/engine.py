@@ -228,13 +228,11 @@ class Engine:
 
         k, n = self.proposer.k, draft.tokens.shape[1]
         dev = draft.tokens.device
-        if self.want_hidden:
-            raise NotImplementedError("tree drafting for strategies that read the target's hidden states is not built yet")
         depth, mask = tree_layout(draft.parents)  # [B, 1+N], [B, 1+N, 1+N]
         start = state.lengths[:, None] - 1
         inputs = torch.cat([state.tokens.gather(1, start), draft.tokens], dim=1)
         out = self.target(inputs, start + depth, attn_len=max(lengths_host) + n, slots=start + torch.arange(n + 1, device=dev),
-                          tree_mask=mask)
+                          tree_mask=mask, want_hidden=self.want_hidden, hidden_layers=self.hidden_layers)
         verdict = self.verifier.tree(draft.tokens, draft.parents, draft.probs, out.logits)
         path = verdict.path[:, :k]  # [B, K] node indices in depth order (-1 past the accepted length)
         walked = torch.arange(k, device=dev)[None] < verdict.accepted[:, None]
@@ -243,6 +241,11 @@ class Engine:
         self.target.move_kv(src, dst)
         emitted = torch.cat([draft.tokens.gather(1, path.clamp(min=0)), verdict.next_token[:, None]], dim=1)  # [B, K+1]
         positions = start + torch.arange(k + 1, device=dev)
+        if out.hidden is not None or out.layer_hidden:  # the features along the path, in position order
+            cols = torch.cat([torch.zeros_like(path[:, :1]), path.clamp(min=0) + 1], dim=1)[..., None]  # [B, K+1, 1]
+            along = lambda h: h.gather(1, cols.expand(-1, -1, h.shape[-1]))  # noqa: E731
+            out = type(out)(logits=out.logits, hidden=None if out.hidden is None else along(out.hidden),
+                            layer_hidden=[along(h) for h in out.layer_hidden])
         return positions, out, verdict, emitted
 
     def _maybe_finish(self, row: RowResult, b: int, active: list[bool], now: float) -> None:

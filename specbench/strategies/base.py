@@ -190,9 +190,9 @@ class Proposer(ABC):
             raise ConfigError(f"strategy.tree={tree!r} for strategy {name!r}; allowed: chain, topk")
         if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
             raise ConfigError(f"strategy.top_k={top_k!r} for strategy {name!r}; allowed: an integer >= 1")
-        if tree == "topk" and not (cls.drafting == "chain" and not cls.pass_hidden_states_to_model):
-            raise ConfigError(f"strategy.tree=topk for strategy {name!r}; allowed for chain drafters that read no "
-                              f"target hidden states (draft_model, layer_skip) so far")
+        if tree == "topk" and cls.drafting == "lookup":
+            raise ConfigError(f"strategy.tree=topk for strategy {name!r}; allowed for strategies that draft with a "
+                              f"forward (draft_model, eagle, medusa, layer_skip)")
 
     @classmethod
     def raise_if_bad_scheme(cls, name: str, extra: Any, drop: Any) -> None:
@@ -291,7 +291,11 @@ class Proposer(ABC):
             self.seen = list(state.lengths_host)
         # 2) draft: one forward gave K (parallel), or feed d_i back for the next (d_K never needs the cache)
         if self.drafting == "parallel":
-            tokens, probs = self._pick(out.logits)
+            tokens, probs = self._pick(out.logits)  # [B, K]
+            if self.tree == "topk" and self.top_k > 1:  # each depth's runners-up, under the depth before's top-1
+                others = out.logits.scatter(-1, tokens[..., None], float("-inf")).topk(self.top_k - 1, dim=-1).indices
+                nodes = torch.cat([tokens[..., None], others], -1).reshape(bsz, -1)  # [B, K * top_k], depth-major
+                return Draft(tokens=nodes, parents=topk_parents(k, self.top_k, self.device).expand(bsz, -1))
             return Draft(tokens=tokens, probs=probs)
         tokens, probs = [], []
         for i in range(k):

@@ -14,6 +14,7 @@ from specbench.models.runner import make_runner
 from specbench.strategies.base import BuildContext
 from specbench.strategies.draft_model import DraftModelProposer
 from specbench.strategies.medusa import MedusaProposer
+from specbench.strategies.ngram import NgramProposer
 from specbench.verify import SamplingParams, Verifier
 
 CPU = torch.device("cpu")
@@ -60,5 +61,6 @@ def test_tree_settings_are_checked():
         DraftModelProposer.raise_if_bad_tree("draft_model", "bush", 2)
     with pytest.raises(ConfigError, match="strategy.top_k=0"):
         DraftModelProposer.raise_if_bad_tree("draft_model", "topk", 0)
-    with pytest.raises(ConfigError, match="tree=topk for strategy 'medusa'"):
-        MedusaProposer.raise_if_bad_tree("medusa", "topk", 2)
+    with pytest.raises(ConfigError, match="tree=topk for strategy 'ngram'"):
+        NgramProposer.raise_if_bad_tree("ngram", "topk", 2)
+    MedusaProposer.raise_if_bad_tree("medusa", "topk", 2)
