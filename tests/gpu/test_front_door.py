@@ -148,3 +148,17 @@ def test_32b_output_equals_target_only(tmp_path: Path, draft: str):
     _assert_exact(r)
     if draft == "self":
         assert r["strategy"]["acceptance_length"] == 4.0
+
+
+def test_topk_trees_are_exact_8b(tmp_path: Path):
+    """Trees on the GPU: a self-draft top-2 tree accepts its whole chain (AL exactly k+1) at T=0 and T=1, and T=0
+    output equals target-only decoding. Expected to FAIL until tree verify forwards run on the batch-invariant
+    kernels: today they take the decoder's torch path (cuBLAS + SDPA), whose bf16 logits differ from the 1-token
+    decode kernels' (issue 12)."""
+    results = _sweep(tmp_path, *COMMON, "target=qwen3-8b-random", "strategy=draft_model", "draft=self", "strategy.k=3",
+                     "strategy.tree=topk", "strategy.top_k=2", "sampling.temperature=0,1", "dataset.num_prompts=6")
+    assert len(results) == 2
+    for r in results:
+        assert r["strategy"]["nodes_per_step"] == 6.0
+        _assert_exact(r)
+        assert r["strategy"]["acceptance_length"] == 4.0, r["strategy"]["acceptance_length"]
