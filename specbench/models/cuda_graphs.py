@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from specbench.models.decoder import DECODE_KERNEL_MAX_T, DecoderRunner, ForwardOutput
-from specbench.models.runner import Runner
+from specbench.models.runner import Runner, RunnerWrapper
 
 BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256)
 SLOT_ROUND = 128  # cache slots are allocated in multiples of this (+1 scratch slot), so batches reuse graphs
@@ -56,7 +56,7 @@ class _Graph:
     extra: dict = field(default_factory=dict)
 
 
-class GraphedRunner:
+class GraphedRunner(RunnerWrapper):
     """A DecoderRunner whose small forwards replay CUDA graphs (see the module docstring)."""
 
     def __init__(self, runner: DecoderRunner, capture: bool | None = None, max_graph_tokens: int = DECODE_KERNEL_MAX_T,
@@ -69,27 +69,10 @@ class GraphedRunner:
         self.pool = None
         self.captures = 0
 
-    # the runner interface -------------------------------------------------------------------
-    def __getattr__(self, name: str) -> Any:  # config, num_layers, k_cache, ... of the wrapped runner
-        if name == "runner":
-            raise AttributeError(name)
-        return getattr(self.runner, name)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.runner.vocab_size
-
-    @property
-    def device(self) -> torch.device:
-        return self.runner.device
-
+    # the runner interface (vocab_size, device, max_len and the rest: RunnerWrapper) ---------------------
     @property
     def dtype(self) -> torch.dtype:
         return self.runner.dtype
-
-    @property
-    def max_len(self) -> int:
-        return self.runner.max_len
 
     @property
     def rows(self) -> int:

@@ -17,10 +17,10 @@ from specbench.errors import ConfigError
 from specbench.models.cuda_graphs import maybe_graphed
 from specbench.models.decoder import ForwardOutput
 from specbench.models.multimodal import make_vlm_aware_runner
-from specbench.models.runner import Runner
+from specbench.models.runner import Runner, RunnerWrapper
 
 
-class OutOfVocabGuard:
+class OutOfVocabGuard(RunnerWrapper):
     """A draft runner that maps ids outside its own vocabulary to `fallback_id` before each forward.
 
     A draft with a smaller vocabulary than the target's (Qwen3-0.6B 151936 < Qwen2.5-VL 152064) still
@@ -37,24 +37,6 @@ class OutOfVocabGuard:
         tokens = tokens.masked_fill(tokens >= self.runner.vocab_size, self.fallback_id)  # [B, T]
         return self.runner(tokens, positions, *args, **kwargs)
 
-    # the Runner interface, spelled out: isinstance(_, Runner) looks attributes up statically (Python >= 3.12)
-    @property
-    def vocab_size(self) -> int:
-        return self.runner.vocab_size
-
-    @property
-    def device(self) -> torch.device:
-        return self.runner.device
-
-    @property
-    def max_len(self) -> int:
-        return self.runner.max_len
-
-    def allocate(self, batch_size: int, max_len: int) -> None:
-        self.runner.allocate(batch_size, max_len)
-
-    def __getattr__(self, name: str) -> Any:  # begin_batch (only if the runner has it), config, ...
-        return getattr(self.__dict__["runner"], name)
 
 
 def make_draft_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None,

@@ -9,7 +9,7 @@ guarded runner (models.draft_runner), has the one interface the engine and the s
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -50,6 +50,34 @@ class Runner(Protocol):
         want_hidden: bool = False,  # return the final-norm hidden states [B, T, H]
         hidden_layers: tuple[int, ...] = (),  # and these layers' outputs [B, T, H] each
     ) -> ForwardOutput: ...
+
+
+class RunnerWrapper:
+    """A Runner around another (`self.runner`): the interface delegated, spelled out as class attributes because
+    isinstance(_, Runner) looks them up statically on Python >= 3.12; anything else (config, k_cache,
+    begin_batch when the wrapped runner has it, ...) falls through to the wrapped runner."""
+
+    runner: Runner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "runner":  # not set yet (unpickling, a failed __init__): no recursion
+            raise AttributeError(name)
+        return getattr(self.runner, name)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.runner.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.runner.device
+
+    @property
+    def max_len(self) -> int:
+        return self.runner.max_len
+
+    def allocate(self, batch_size: int, max_len: int) -> None:
+        self.runner.allocate(batch_size, max_len)
 
 
 class TransformersRunner(nn.Module):
