@@ -180,18 +180,27 @@ def sweep_jobs(multirun_yaml: Path) -> list[list[str]]:
         raise ValueError(f"the sweep's overrides could not be expanded ({type(e).__name__}: {e})") from None
 
 
+def _overrides_list(job_dir: Path) -> list[str] | None:
+    """A job's command-line overrides as Hydra saved them (.hydra/overrides.yaml); None when there is no list of
+    strings that reads."""
+    import yaml
+
+    try:
+        items = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
+    except (OSError, yaml.YAMLError):
+        return None
+    return items if isinstance(items, list) and all(isinstance(o, str) for o in items) else None
+
+
 def _never_started(sweep: Path, job_dirs: Sequence[Path]) -> list[tuple[int, list[str]]]:
     """Jobs of `sweep` (numbered as Hydra numbers them) with no job directory: matched by the job's own
     .hydra/overrides.yaml, else by the job number that starts its directory name."""
-    import yaml
-
     seen_ids, seen_nums = set(), set()
     for d in job_dirs:
-        try:
-            seen_ids.add(_job_id(yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text()) or []))
+        overrides = _overrides_list(d)
+        if overrides is not None:
+            seen_ids.add(_job_id(overrides))
             continue
-        except (OSError, yaml.YAMLError, TypeError):
-            pass
         m = re.match(r"^(\d+)(_|$)", d.name)
         if m:
             seen_nums.add(int(m.group(1)))
@@ -357,13 +366,7 @@ def _hydra_section(job_dir: Path) -> dict[str, Any]:
 
 def _job_overrides(job_dir: Path) -> dict[str, str]:
     """A job's command-line settings (.hydra/overrides.yaml) as key -> value, both as written."""
-    import yaml
-
-    try:
-        items = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
-    except (OSError, yaml.YAMLError):
-        return {}
-    return dict(o.split("=", 1) for o in items if isinstance(o, str) and "=" in o) if isinstance(items, list) else {}
+    return dict(o.split("=", 1) for o in _overrides_list(job_dir) or [] if "=" in o)
 
 
 def _same_value(written: str | None, value: Any) -> bool:

@@ -240,3 +240,52 @@ def load_head(head: torch.nn.Module, weights: Path, path: str | Path, kind: str,
                           f"unexpected {unexpected[:4]}")
     emb = target_model.get_input_embeddings().weight
     return head.to(device=emb.device, dtype=emb.dtype).eval().requires_grad_(False)
+
+
+class HeadCheckpoint:
+    """What a proposer whose drafter is a head checkpoint (eagle, medusa) checks before any model loads, and records:
+    put it before Proposer in the bases. A subclass names `head_kind`, reads its config with `read_head_config`, and
+    adds its own checks in `check_head` (settings against the checkpoint's config) and `check_head_for_target`
+    (against the target's known sizes; head_cfg is None for a random head)."""
+
+    head_kind: str
+
+    @classmethod
+    def read_head_config(cls, path: str | Path | None) -> tuple[Path, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def check_head(cls, cfg: Mapping[str, Any], head_cfg: Any, given: str) -> None:
+        """The strategy's settings against the checkpoint's config.json (validate calls it)."""
+
+    @classmethod
+    def check_head_for_target(cls, cfg: Mapping[str, Any], head_cfg: Any | None, target: Any) -> None:
+        """The settings and the checkpoint against the target's known sizes (validate_for_target calls it)."""
+
+    @classmethod
+    def validate(cls, cfg: Mapping[str, Any]) -> None:
+        super().validate(cfg)  # type: ignore[misc]  # the Proposer's checks
+        given = cfg.get("checkpoint", AUTO)
+        if given in (AUTO, RANDOM):  # resolved against the target in validate_for_target
+            return
+        weights, head_cfg = cls.read_head_config(given)
+        cls.check_head(cfg, head_cfg, str(given))
+        check_weights(weights)
+
+    @classmethod
+    def validate_for_target(cls, cfg: Mapping[str, Any], target: Any, backend: str) -> None:
+        """`auto` resolved for the target, then the checkpoint against the target's sizes known before loading."""
+        given = cfg.get("checkpoint", AUTO)
+        path = resolve_checkpoint(given, cls.head_kind, target)
+        if path == RANDOM:
+            cls.check_head_for_target(cfg, None, target)
+            return
+        if given == AUTO:
+            cls.validate({**cfg, "checkpoint": path})
+        _, head_cfg = cls.read_head_config(path)
+        raise_if_head_does_not_fit_preset(cls.head_kind, path, head_cfg, target)
+        cls.check_head_for_target(cfg, head_cfg, target)
+
+    @classmethod
+    def checkpoint_record(cls, cfg: Mapping[str, Any], target: Any) -> dict[str, Any]:
+        return checkpoint_record(cfg.get("checkpoint", AUTO), cls.head_kind, target)

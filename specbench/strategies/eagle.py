@@ -36,9 +36,9 @@ from torch import nn
 
 from specbench.errors import ConfigError
 from specbench.strategies.base import BuildContext, DraftOutput, Proposer
-from specbench.strategies.checkpoints import (AUTO, RANDOM, check_weights, checkpoint_files, checkpoint_record, load_head,
-                                              raise_if_head_does_not_fit, raise_if_head_does_not_fit_preset, random_head,
-                                              read_checkpoint_config, resolve_checkpoint, save_head)
+from specbench.strategies.checkpoints import (AUTO, RANDOM, HeadCheckpoint, checkpoint_files, load_head,
+                                              raise_if_head_does_not_fit, random_head, read_checkpoint_config,
+                                              resolve_checkpoint, save_head)
 
 
 @dataclass
@@ -207,7 +207,8 @@ def raise_if_fuse_layers_differ(fuse_layers: list[int] | None, trained: list[int
                           f"fuse_layers={trained}; leave strategy.fuse_layers=null to use the checkpoint's")
 
 
-class EagleProposer(Proposer):
+class EagleProposer(HeadCheckpoint, Proposer):
+    head_kind = "eagle"
     pass_hidden_states_to_model = True
     owns_kv_cache = True
     samples = True
@@ -228,36 +229,25 @@ class EagleProposer(Proposer):
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:
-        super().validate(cfg)
         fl = cfg.get("fuse_layers")
         if fl is not None and (not isinstance(fl, (list, tuple)) or not all(isinstance(i, int) and i >= 0 for i in fl)):
             raise ConfigError(f"strategy.fuse_layers={fl!r}; allowed: null or a list of target layer indices, e.g. [2, 15, 27]")
-        if cfg.get("checkpoint", AUTO) in (AUTO, RANDOM):  # resolved against the target in validate_for_target
-            return
-        weights, head_cfg = read_eagle_config(cfg.get("checkpoint"))
-        raise_if_fuse_layers_differ(fl, head_cfg.fuse_layers, cfg.get("checkpoint"))
-        check_weights(weights)
+        super().validate(cfg)
 
     @classmethod
-    def validate_for_target(cls, cfg: Mapping[str, Any], target: Any, backend: str) -> None:
-        """The checkpoint against the target's sizes known before loading (run.plan calls it)."""
-        given = cfg.get("checkpoint", AUTO)
-        path = resolve_checkpoint(given, "eagle", target)
+    def read_head_config(cls, path: str | Path | None) -> tuple[Path, EagleConfig]:
+        return read_eagle_config(path)
+
+    @classmethod
+    def check_head(cls, cfg: Mapping[str, Any], head_cfg: EagleConfig, given: str) -> None:
+        raise_if_fuse_layers_differ(cfg.get("fuse_layers"), head_cfg.fuse_layers, given)
+
+    @classmethod
+    def check_head_for_target(cls, cfg: Mapping[str, Any], head_cfg: EagleConfig | None, target: Any) -> None:
         layers = (target.known or {}).get("num_hidden_layers")
-        if path == RANDOM:
-            if layers and cfg.get("fuse_layers"):
-                raise_if_fuse_layers_out_of_range(SimpleNamespace(fuse_layers=cfg["fuse_layers"]), layers, target.label)
-            return
-        if given == AUTO:
-            cls.validate({**cfg, "checkpoint": path})
-        _, head_cfg = read_eagle_config(path)
-        raise_if_head_does_not_fit_preset("eagle", path, head_cfg, target)
-        if layers:
-            raise_if_fuse_layers_out_of_range(head_cfg, layers, target.label)
-
-    @classmethod
-    def checkpoint_record(cls, cfg: Mapping[str, Any], target: Any) -> dict[str, Any]:
-        return checkpoint_record(cfg.get("checkpoint", AUTO), "eagle", target)
+        fuse = head_cfg if head_cfg is not None else SimpleNamespace(fuse_layers=cfg.get("fuse_layers"))
+        if layers and fuse.fuse_layers:
+            raise_if_fuse_layers_out_of_range(fuse, layers, target.label)
 
     def hidden_layers(self) -> tuple[int, ...]:
         return tuple(self.head.cfg.fuse_layers or ())

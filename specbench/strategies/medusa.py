@@ -24,9 +24,9 @@ from torch import nn
 
 from specbench.errors import ConfigError
 from specbench.strategies.base import BuildContext, DraftOutput, Proposer
-from specbench.strategies.checkpoints import (AUTO, RANDOM, check_weights, checkpoint_files, checkpoint_record, load_head,
-                                              raise_if_head_does_not_fit, raise_if_head_does_not_fit_preset, random_head,
-                                              read_checkpoint_config, resolve_checkpoint, save_head)
+from specbench.strategies.checkpoints import (AUTO, RANDOM, HeadCheckpoint, checkpoint_files, load_head,
+                                              raise_if_head_does_not_fit, random_head, read_checkpoint_config,
+                                              resolve_checkpoint, save_head)
 
 
 @dataclass
@@ -80,7 +80,8 @@ def raise_if_too_few_heads(k: int, num_heads: int, checkpoint: str) -> None:
                           f"k <= {num_heads}. Lower strategy.k or train more heads (train strategy.num_heads=...)")
 
 
-class MedusaProposer(Proposer):
+class MedusaProposer(HeadCheckpoint, Proposer):
+    head_kind = "medusa"
     pass_hidden_states_to_model = True
     drafting = "parallel"  # K heads over one hidden state: one draft forward per step, no cache, no q
 
@@ -98,29 +99,12 @@ class MedusaProposer(Proposer):
             raise_if_too_few_heads(k, self.heads.cfg.num_heads, str(checkpoint))
 
     @classmethod
-    def validate(cls, cfg: Mapping[str, Any]) -> None:
-        super().validate(cfg)
-        if cfg.get("checkpoint", AUTO) in (AUTO, RANDOM):  # resolved against the target in validate_for_target
-            return
-        weights, mcfg = read_medusa_config(cfg.get("checkpoint"))
-        raise_if_too_few_heads(cfg["k"], mcfg.num_heads, str(cfg.get("checkpoint")))
-        check_weights(weights)
+    def read_head_config(cls, path: str | Path | None) -> tuple[Path, MedusaConfig]:
+        return read_medusa_config(path)
 
     @classmethod
-    def validate_for_target(cls, cfg: Mapping[str, Any], target: Any, backend: str) -> None:
-        """The checkpoint against the target's sizes known before loading (run.plan calls it)."""
-        given = cfg.get("checkpoint", AUTO)
-        path = resolve_checkpoint(given, "medusa", target)
-        if path == RANDOM:
-            return
-        if given == AUTO:
-            cls.validate({**cfg, "checkpoint": path})
-        _, mcfg = read_medusa_config(path)
-        raise_if_head_does_not_fit_preset("medusa", path, mcfg, target)
-
-    @classmethod
-    def checkpoint_record(cls, cfg: Mapping[str, Any], target: Any) -> dict[str, Any]:
-        return checkpoint_record(cfg.get("checkpoint", AUTO), "medusa", target)
+    def check_head(cls, cfg: Mapping[str, Any], head_cfg: MedusaConfig, given: str) -> None:
+        raise_if_too_few_heads(cfg["k"], head_cfg.num_heads, given)
 
     def draft_forward(self, tokens: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor | None,
                       attn_len: int) -> DraftOutput:

@@ -1,0 +1,37 @@
+"""The acceptance-length regression gate (issue 13): the shipped EAGLE head on the packaged SmolLM2-135M must keep
+the acceptance length committed in tests/al_gate.json within its tolerance (2%), so that a change which silently
+hurts drafting (a wrong feature alignment, a broken catch-up, a cache rolled back too far) fails CI even though
+the output stays lossless.
+
+To see it fail once: SPECBENCH_AL_GATE_CHECKPOINT=random python -m pytest tests/test_al_gate.py (AL 1.00).
+After a deliberate change to the head or the drafting loop, re-measure and update al_gate.json in the same commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from specbench.config import CONF_DIR
+from specbench.run import run
+
+GATE = json.loads(Path(__file__).with_name("al_gate.json").read_text())
+
+
+@pytest.mark.slow
+def test_the_shipped_eagle_head_keeps_its_acceptance_length(tmp_path: Path):
+    overrides = list(GATE["overrides"])
+    checkpoint = os.environ.get("SPECBENCH_AL_GATE_CHECKPOINT")
+    if checkpoint:  # show the gate failing: another head in place of the shipped one
+        overrides = [o for o in overrides if not o.startswith("strategy.checkpoint=")] + [f"strategy.checkpoint={checkpoint}"]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*overrides, f"+output_dir={tmp_path}"])
+    results = run(cfg).results
+    al, want = results["strategy"]["acceptance_length"], GATE["acceptance_length"]
+    assert abs(al - want) <= GATE["tolerance"] * want, (
+        f"acceptance length {al:.4f}, committed {want:.4f} (tolerance {GATE['tolerance']:.0%}); "
+        f"drafting got {'worse' if al < want else 'better'}. If that is intended, update tests/al_gate.json")
