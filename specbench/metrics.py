@@ -80,6 +80,8 @@ def summarize(per_prompt: Sequence[dict[str, Any]], timings: Sequence[BatchTimin
         "acceptance_length": 1 + accepted / drafts if drafts else 1.0,
         "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
         "nodes_per_step": draft_tokens / drafts if drafts else 0.0,  # draft tokens verified per step (K for a chain)
+        # tokens emitted per token the verify forward processes (the pending one included): 1.0 target-only
+        "al_per_verified_token": (1 + accepted / drafts) / (1 + draft_tokens / drafts) if drafts else 1.0,
         "per_position_acceptance": per_pos,
         "acceptance_length_per_prompt": spread([m["acceptance_length"] for m in per_prompt]),
         "itl_ms": spread([g for m in per_prompt for g in m["itl_ms"]]),
@@ -99,6 +101,8 @@ def summarize(per_prompt: Sequence[dict[str, Any]], timings: Sequence[BatchTimin
         }
         steps = out["time_split"]["steps"]
         out["draft_forwards_per_step"] = sum(t.draft_forwards for t in timings) / steps if steps else None
+        # what one verify forward costs (a 16-node tree against a 4-token chain, say): wall time of the verify phase
+        out["verify_ms_per_step"] = 1e3 * verify / steps if steps else None
         out["output_tokens_per_s_overall"] = out["output_tokens"] / total if total else None
         # whole-batch decode throughput: tokens after each row's first (which the prefill emits) over the time
         # after the prefill, every row of every batch counted together

@@ -49,6 +49,8 @@ from specbench.kernels.decode_ref import (  # noqa: E402,F401 - the references, 
     rmsnorm_ref,
     rotate_half,
     silu_mul_ref,
+    tree_paths,
+    tree_slot_mask,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -82,19 +84,20 @@ if triton is not None:
         tl.store(out_ptr + row * H + cols, (w.to(tl.float32) * y.to(tl.float32)).to(dt), mask=m)
 
     @triton.jit
-    def _qkv_rope_cache_kernel(qkv_ptr, pos_ptr, cos_ptr, sin_ptr, nw_ptr, q_ptr, kc_ptr, vc_ptr,
+    def _qkv_rope_cache_kernel(qkv_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, nw_ptr, q_ptr, kc_ptr, vc_ptr,
                                T, eps, stride_qkv, stride_tab,
                                kc_sb, kc_sh, kc_ss, vc_sb, vc_sh, vc_ss,
                                HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, QK_NORM: tl.constexpr):
         n = tl.program_id(0).to(tl.int64)  # token (row-major over [B, T])
         h = tl.program_id(1)  # head among q (HQ), k (HKV), v (HKV)
         b = n // T
-        pos = tl.load(pos_ptr + n)
+        pos = tl.load(pos_ptr + n)  # rotary position
+        slot = tl.load(slot_ptr + n)  # cache slot (== pos, except for the nodes of a tree)
         HALF: tl.constexpr = D // 2
         i = tl.arange(0, HALF)
         src = qkv_ptr + n * stride_qkv + h * D
         if h >= HQ + HKV:  # v: straight into the cache
-            dst = vc_ptr + b * vc_sb + (h - HQ - HKV) * vc_sh + pos * vc_ss
+            dst = vc_ptr + b * vc_sb + (h - HQ - HKV) * vc_sh + slot * vc_ss
             tl.store(dst + i, tl.load(src + i))
             tl.store(dst + HALF + i, tl.load(src + HALF + i))
         else:
@@ -118,22 +121,29 @@ if triton is not None:
             if h < HQ:
                 dst = q_ptr + (n * HQ + h) * D
             else:
-                dst = kc_ptr + b * kc_sb + (h - HQ) * kc_sh + pos * kc_ss
+                dst = kc_ptr + b * kc_sb + (h - HQ) * kc_sh + slot * kc_ss
             tl.store(dst + i, o1)
             tl.store(dst + HALF + i, o2)
 
     @triton.jit
-    def _decode_attn_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, out_ptr, part_acc_ptr, part_ml_ptr,
-                            T, N, scale, kc_sb, kc_sh, kc_ss, vc_sb, vc_sh, vc_ss, M_TILES,
+    def _decode_attn_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, path_ptr, out_ptr, part_acc_ptr, part_ml_ptr,
+                            T, N, scale, kc_sb, kc_sh, kc_ss, vc_sb, vc_sh, vc_ss, M_TILES, E,
                             HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, CHUNK: tl.constexpr):
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, CHUNK: tl.constexpr,
+                            TREE: tl.constexpr):
         b = tl.program_id(0).to(tl.int64)
         kvh = tl.program_id(1) // M_TILES
-        m = (tl.program_id(1) % M_TILES) * BLOCK_M + tl.arange(0, BLOCK_M)  # (token, head in group) pairs
         split = tl.program_id(2)
-        t = m // G
-        g = m % G
-        valid_m = t < T
+        if TREE:  # one token per tile: its keys are its own (prefix, then its ancestors' slots)
+            m = tl.arange(0, BLOCK_M)
+            t = m * 0 + tl.program_id(1) % M_TILES
+            g = m
+            valid_m = g < G
+        else:
+            m = (tl.program_id(1) % M_TILES) * BLOCK_M + tl.arange(0, BLOCK_M)  # (token, head in group) pairs
+            t = m // G
+            g = m % G
+            valid_m = t < T
         n_idx = b * T + t
         pos_m = tl.load(pos_ptr + n_idx, mask=valid_m, other=-1)
         kv_len = tl.max(pos_m, axis=0) + 1  # the slots this tile's queries can see: 0..max position
@@ -155,12 +165,21 @@ if triton is not None:
         acc = tl.zeros([BLOCK_M, D], tl.float32)
         kbase = kc_ptr + b * kc_sb + kvh * kc_sh
         vbase = vc_ptr + b * vc_sb + kvh * vc_sh
+        if TREE:  # logical key j >= base (the root's position and slot) lives in slot path[b, t, j - base]
+            path_row = path_ptr + (b * T + tl.max(t, axis=0)) * E
+            base = tl.load(path_row)
         # blocks past a query's own position are masked to exact no-ops (alpha = 1, p = 0), so a query's
         # result does not depend on how far the other queries of its tile reach
         for start in range(lo, hi, BLOCK_N):
             s_idx = start + tl.arange(0, BLOCK_N)
             smask = s_idx < hi
-            k = tl.load(kbase + s_idx[:, None] * kc_ss + d[None, :], mask=smask[:, None], other=0.0)
+            if TREE:
+                rel = s_idx - base
+                anc = tl.load(path_row + rel, mask=smask & (rel >= 0) & (rel < E), other=0)
+                phys = tl.where(rel >= 0, anc, s_idx)
+            else:
+                phys = s_idx
+            k = tl.load(kbase + phys[:, None] * kc_ss + d[None, :], mask=smask[:, None], other=0.0)
             qk = tl.dot(q, tl.trans(k)) * scale
             ok = (s_idx[None, :] <= pos_m[:, None]) & smask[None, :]
             qk = tl.where(ok, qk, float("-inf"))
@@ -169,7 +188,7 @@ if triton is not None:
             alpha = tl.exp(m_i - m_safe)
             p = tl.exp(qk - m_safe[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            v = tl.load(vbase + s_idx[:, None] * vc_ss + d[None, :], mask=smask[:, None], other=0.0)
+            v = tl.load(vbase + phys[:, None] * vc_ss + d[None, :], mask=smask[:, None], other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
         if NUM_SPLITS == 1:
@@ -239,14 +258,14 @@ def add_rmsnorm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tenso
     return s, out
 
 
-def qkv_rope_cache(qkv, positions, batch, cos_table, sin_table, norm_w, eps, k_cache, v_cache, hq, hkv, d):
+def qkv_rope_cache(qkv, positions, batch, cos_table, sin_table, norm_w, eps, k_cache, v_cache, hq, hkv, d, slots=None):
     """The Triton twin of `qkv_rope_cache_ref` (same arguments, same result)."""
     _check(qkv.device)
     n = qkv.shape[0]
     q = torch.empty((n, hq, d), device=qkv.device, dtype=qkv.dtype)
     assert qkv.stride(1) == 1 and k_cache.stride(3) == 1 and v_cache.stride(3) == 1 and cos_table.stride(1) == 1
     _qkv_rope_cache_kernel[(n, hq + 2 * hkv)](
-        qkv, positions, cos_table, sin_table, norm_w if norm_w is not None else qkv, q, k_cache, v_cache,
+        qkv, positions, positions if slots is None else slots, cos_table, sin_table, norm_w if norm_w is not None else qkv, q, k_cache, v_cache,
         n // batch, eps, qkv.stride(0), cos_table.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         HQ=hq, HKV=hkv, D=d, QK_NORM=norm_w is not None, num_warps=1)
@@ -277,22 +296,33 @@ def invariant_chunk(max_slots: int) -> int:
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
-                     scale: float, num_splits: int | None = None, block_n: int = 64, invariant: bool = False) -> torch.Tensor:
+                     scale: float, num_splits: int | None = None, block_n: int = 64, invariant: bool = False,
+                     path: torch.Tensor | None = None) -> torch.Tensor:
     """The Triton twin of `decode_attention_ref`: q [B, T, hq, d] contiguous -> [B, T, hq, d].
 
     invariant=True: a query's result is bit-identical whatever the other queries (its own row's other
     tokens, other rows, the batch size): query tiles of a fixed height, splits at fixed slot boundaries
-    (`invariant_chunk`), the same warps. Otherwise the split count and tile follow the shape, for speed."""
+    (`invariant_chunk`), the same warps. Otherwise the split count and tile follow the shape, for speed.
+
+    path [B, T, E] int64 (a tree; `tree_paths` builds it): query (b, t) at position p sees slots 0..base-1 of its
+    row (base = path[b, t, 0], the tree root's slot, which is its position) and then, as logical keys base..p,
+    the slots path[b, t, 0..p-base] of its ancestors from the root down to itself (fed in this forward or an
+    earlier one). Keys are visited in that logical order, one token per tile, so with invariant=True a node's
+    result is bit-identical to the same tokens fed as a chain (its ancestors at consecutive slots)."""
     _check(q.device)
     b, t, hq, d = q.shape
     hkv = k_cache.shape[1]
     g = hq // hkv
     assert q.is_contiguous() and positions.is_contiguous() and k_cache.stride(3) == 1 and v_cache.stride(3) == 1
+    tree = path is not None
+    if tree:
+        assert g <= INVARIANT_TILE_M, f"tree attention keeps a token's {g} heads of a group in one {INVARIANT_TILE_M}-row tile"
+        assert path.shape[:2] == (b, t) and path.dtype == torch.int64 and path.is_contiguous()
     if invariant:
         block_m, chunk = INVARIANT_TILE_M, invariant_chunk(k_cache.shape[2])
-        m_tiles, ns, warps = -(-(g * t) // block_m), -(-k_cache.shape[2] // chunk), 4
+        m_tiles, ns, warps = t if tree else -(-(g * t) // block_m), -(-k_cache.shape[2] // chunk), 4
     else:
-        block_m, chunk, m_tiles = max(16, triton.next_power_of_2(g * t)), 0, 1
+        block_m, chunk, m_tiles = (INVARIANT_TILE_M, 0, t) if tree else (max(16, triton.next_power_of_2(g * t)), 0, 1)
         ns = attention_splits(b, hkv, k_cache.shape[2], q.device) if num_splits is None else num_splits
         warps = 4 if block_m <= 32 else 8
     out = torch.empty_like(q)
@@ -303,9 +333,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     else:
         part_acc = part_ml = out
     _decode_attn_kernel[(b, hkv * m_tiles, ns)](
-        q, k_cache, v_cache, positions, out, part_acc, part_ml, t, n, scale,
+        q, k_cache, v_cache, positions, path if tree else positions, out, part_acc, part_ml, t, n, scale,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        m_tiles, HQ=hq, G=g, D=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=ns, CHUNK=chunk, num_warps=warps)
+        m_tiles, path.shape[2] if tree else 1, HQ=hq, G=g, D=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=ns,
+        CHUNK=chunk, TREE=tree, num_warps=warps)
     if ns > 1:
         _attn_combine_kernel[(n, hq)](part_acc, part_ml, positions, out, n, HQ=hq, D=d, NUM_SPLITS=ns, CHUNK=chunk,
                                       num_warps=1)

@@ -108,11 +108,11 @@ class GraphedRunner(RunnerWrapper):
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, attn_len: int | None = None,
                 logits_at: torch.Tensor | None = None, want_hidden: bool = False,
                 hidden_layers: tuple[int, ...] = (), slots: torch.Tensor | None = None,
-                tree_mask: torch.Tensor | None = None) -> ForwardOutput:
+                tree_mask: torch.Tensor | None = None, tree_path: torch.Tensor | None = None) -> ForwardOutput:
         bsz, t = tokens.shape
-        if tree_mask is not None:  # trees run eagerly for now (graphs per (batch, N) are still to come)
+        if tree_mask is not None or tree_path is not None:  # trees run eagerly for now (no graphs per (batch, N) yet)
             return self.runner(tokens, positions, attn_len=attn_len, logits_at=logits_at, want_hidden=want_hidden,
-                               hidden_layers=hidden_layers, slots=slots, tree_mask=tree_mask)
+                               hidden_layers=hidden_layers, slots=slots, tree_mask=tree_mask, tree_path=tree_path)
         if t > self.max_graph_tokens or bsz > self.rows:
             return self.runner(tokens, positions, attn_len=attn_len, logits_at=logits_at, want_hidden=want_hidden,
                                hidden_layers=hidden_layers)

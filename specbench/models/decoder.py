@@ -20,7 +20,9 @@ copy; the hf model still works). On CUDA with triton (`use_kernels=None` = auto)
 GEMMs runs as four fused kernels per layer (specbench/kernels/decode.py): residual add + RMSNorm,
 q/k-norm + rotary + cache write, decode attention over each row's valid slots (read from the
 positions on the device, so `attn_len` does not matter for T <= 16 and a CUDA graph can be
-captured at a fixed shape), and SiLU * up. Elsewhere the torch reference path runs (the same
+captured at a fixed shape), and SiLU * up. A tree verify forward (`slots` apart from positions, `tree_mask`)
+takes the same kernels: each node attends to its row's prefix, then its ancestors' slots in logical order.
+Elsewhere the torch reference path runs (the same
 fused GEMMs), which is what the CPU tests compare against transformers.
 """
 
@@ -32,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specbench.kernels.decode_ref import add_rmsnorm_ref, qkv_rope_cache_ref, rmsnorm_ref
+from specbench.kernels.decode_ref import add_rmsnorm_ref, qkv_rope_cache_ref, rmsnorm_ref, tree_paths, tree_slot_mask
 
 # model_type -> whether attention has per-head q/k RMSNorm (Qwen3)
 SUPPORTED_ARCHS: dict[str, bool] = {"llama": False, "qwen2": False, "qwen3": True}
@@ -195,14 +197,16 @@ class DecoderRunner(nn.Module):
         hidden_layers: tuple[int, ...] = (),
         slots: torch.Tensor | None = None,  # [B, T] int64 cache slots to write (a tree); None = the positions
         tree_mask: torch.Tensor | None = None,  # [B, T, T] bool: query t sees new token u (its ancestors and itself)
+        tree_path: torch.Tensor | None = None,  # [B, T, E] int64, instead of tree_mask: the slots of each token's
+        # ancestors from the tree's root (depth 0, in the slot of its position) down to itself (see tree_paths)
     ) -> ForwardOutput:
         assert self.k_cache is not None, "call allocate() first"
         assert tokens.shape[0] <= self.k_cache.shape[1], "more rows than the cache was allocated for"
-        if tree_mask is not None:  # trees: the torch path (the Triton decode kernels mask by position only)
-            return self._forward_torch(tokens, positions, attn_len, logits_at, want_hidden, hidden_layers, slots, tree_mask)
+        if tree_mask is not None:  # a tree in one forward: its ancestors are among this forward's tokens
+            tree_path = tree_paths(tree_mask, positions if slots is None else slots)
         if self.kernels_on(tokens.device):
-            return self._forward_kernels(tokens, positions, attn_len, logits_at, want_hidden, hidden_layers)
-        return self._forward_torch(tokens, positions, attn_len, logits_at, want_hidden, hidden_layers)
+            return self._forward_kernels(tokens, positions, attn_len, logits_at, want_hidden, hidden_layers, slots, tree_path)
+        return self._forward_torch(tokens, positions, attn_len, logits_at, want_hidden, hidden_layers, slots, tree_path)
 
     @torch.inference_mode()
     def move_kv(self, src: torch.Tensor, dst: torch.Tensor) -> None:
@@ -222,24 +226,18 @@ class DecoderRunner(nn.Module):
         return ForwardOutput(logits=logits, hidden=x if want_hidden else None, layer_hidden=layer_hidden)
 
     def _forward_torch(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers,
-                       slots=None, tree_mask=None) -> ForwardOutput:
+                       slots=None, tree_path=None) -> ForwardOutput:
         bsz, t = tokens.shape
         s = self.max_len if attn_len is None else attn_len
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         x = self.embed(tokens)  # [B, T, H]
         cos, sin = self.rotary(x, positions)  # [B, T, D], computed as transformers does
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
-        cols = torch.arange(s, device=tokens.device)
-        if tree_mask is None:
-            # 1) each query at position p sees its own row's slots 0..p
-            mask = cols[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
-            slots = positions
-        else:
-            # 1) a tree: each node sees the committed prefix (slots below this forward's first) and its ancestors
-            slots = positions if slots is None else slots
-            new = torch.zeros((bsz, t, s), dtype=torch.bool, device=tokens.device)
-            new.scatter_(2, slots[:, None, :].expand(bsz, t, t), tree_mask)
-            mask = ((cols[None, None, :] < slots[:, :1, None]) | new)[:, None]  # [B, 1, T, S]
+        slots = positions if slots is None else slots
+        if tree_path is None:  # 1) each query at position p sees its own row's slots 0..p
+            mask = torch.arange(s, device=tokens.device)[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
+        else:  # 1) a tree: each token sees the slots below its root's, then its ancestors' slots
+            mask = tree_slot_mask(tree_path, positions, s)[:, None]
         write_idx = slots[:, None, :, None].expand(bsz, hkv, t, d)
         layer_hidden: list[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
@@ -268,13 +266,18 @@ class DecoderRunner(nn.Module):
         x = rmsnorm_ref(x, self.norm.weight, self.norm.variance_epsilon)
         return self._head(x, logits_at, want_hidden, layer_hidden)
 
-    def _forward_kernels(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers) -> ForwardOutput:
+    def _forward_kernels(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers,
+                         slots=None, tree_path=None) -> ForwardOutput:
         from specbench.kernels import decode as K
         from specbench.kernels.skinny_gemm import invariant_linear, skinny_linear, sum_partials
 
         bsz, t = tokens.shape
         n = bsz * t
-        small = t <= DECODE_KERNEL_MAX_T
+        # a tree (any size) runs on the decode kernels: each node attends to the prefix and its ancestors' slots
+        # in logical order (decode_attention's path), so with batch_invariant its logits are its chain's bit for bit
+        path = None if tree_path is None else tree_path.contiguous()
+        wslots = None if path is None else (positions if slots is None else slots).reshape(n).contiguous()
+        small = t <= DECODE_KERNEL_MAX_T or path is not None
         invariant = self.batch_invariant and small
         lin = invariant_linear if invariant else skinny_linear
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
@@ -291,10 +294,10 @@ class DecoderRunner(nn.Module):
             qkv = lin(h, w["qkv_w"], w["qkv_b"])  # [N, (Hq + 2 Hkv) D]; F.linear above 16 rows
             kc, vc = self.k_cache[i], self.v_cache[i]
             eps = attn.q_norm.variance_epsilon if self.qk_norm else 0.0
-            q = K.qkv_rope_cache(qkv, pos, bsz, self.rope_cos, self.rope_sin, w["qk_w"], eps, kc, vc, hq, hkv, d)
+            q = K.qkv_rope_cache(qkv, pos, bsz, self.rope_cos, self.rope_sin, w["qk_w"], eps, kc, vc, hq, hkv, d, wslots)
             if small:
                 o = K.decode_attention(q.view(bsz, t, hq, d), kc, vc, positions.contiguous(), self.scaling,
-                                       invariant=invariant)
+                                       invariant=invariant, path=path)
             else:
                 o = F.scaled_dot_product_attention(q.view(bsz, t, hq, d).transpose(1, 2), kc[:bsz, :, :s], vc[:bsz, :, :s],
                                                    attn_mask=mask, scale=self.scaling, enable_gqa=True).transpose(1, 2)

@@ -152,9 +152,8 @@ def test_32b_output_equals_target_only(tmp_path: Path, draft: str):
 
 def test_topk_trees_are_exact_8b(tmp_path: Path):
     """Trees on the GPU: a self-draft top-2 tree accepts its whole chain (AL exactly k+1) at T=0 and T=1, and T=0
-    output equals target-only decoding. Expected to FAIL until tree verify forwards run on the batch-invariant
-    kernels: today they take the decoder's torch path (cuBLAS + SDPA), whose bf16 logits differ from the 1-token
-    decode kernels' (issue 12)."""
+    output equals target-only decoding. Tree verify forwards run on the batch-invariant kernels (decode_attention
+    with an ancestor path), so every node's bf16 logits are its chain's bit for bit."""
     results = _sweep(tmp_path, *COMMON, "target=qwen3-8b-random", "strategy=draft_model", "draft=self", "strategy.k=3",
                      "strategy.tree=topk", "strategy.top_k=2", "sampling.temperature=0,1", "dataset.num_prompts=6")
     assert len(results) == 2

@@ -84,3 +84,64 @@ def test_the_tuned_invariant_config_launches_at_every_tile_height(monkeypatch):
         torch.testing.assert_close(skinny_gemm.invariant_linear(x, w), F.linear(x, w), atol=0.5, rtol=2e-2)
     chosen = skinny_gemm._TUNED[("inv", 4096, 4096, False, False)]
     assert chosen[:4] == (64, 256, 4, 3), chosen
+
+
+# a 6-node tree under the pending token (column 0): node i (column i + 1) hangs under node PARENTS[i], -1 = pending
+TREE_PARENTS = [-1, -1, 0, 0, 1, 3]
+
+
+def _tree(parents: list[int]) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
+    """(ancestor mask [T, T] over [pending, nodes], depth [T], root path per column as column indices)."""
+    t = len(parents) + 1
+    paths = [[0]]
+    for p in parents:
+        paths.append(paths[p + 1] + [len(paths)])
+    mask = torch.zeros(t, t, dtype=torch.bool)
+    for col, path in enumerate(paths):
+        mask[col, path] = True
+    return mask, torch.tensor([len(p) - 1 for p in paths]), paths
+
+
+@pytest.mark.parametrize("invariant", [True, False])
+def test_tree_attention_matches_reference(invariant):
+    g = _g(4)
+    bsz, hq, hkv, d, slots = 2, 6, 2, 16, 300  # G = 3
+    mask, depth, _ = _tree(TREE_PARENTS)
+    t = mask.shape[0]
+    base = torch.tensor([9, 125])  # row 1's tree straddles the 128-slot split boundary
+    positions = (base[:, None] + depth[None]).to(DEVICE).contiguous()
+    slot_ids = (base[:, None] + torch.arange(t)).to(DEVICE)
+    path = decode.tree_paths(mask.expand(bsz, t, t).to(DEVICE), slot_ids)
+    q = torch.randn(bsz, t, hq, d, generator=g).to(DEVICE, DTYPE)
+    kc = torch.randn(bsz, hkv, slots, d, generator=g).to(DEVICE, DTYPE)
+    vc = torch.randn(bsz, hkv, slots, d, generator=g).to(DEVICE, DTYPE)
+    out = decode.decode_attention(q, kc, vc, positions, d**-0.5, block_n=32, invariant=invariant, path=path)
+    ref = decode.decode_attention_ref(q, kc, vc, positions, d**-0.5, path=path)
+    torch.testing.assert_close(out, ref, atol=1e-2, rtol=1e-2)
+
+
+def test_tree_node_attention_is_its_chains_bit_for_bit():
+    """Each node of a tree, attended in one launch, equals the same query over its root path laid out as a chain
+    (its ancestors' keys copied to consecutive slots) computed alone: the batch-invariant contract, for trees."""
+    g = _g(5)
+    bsz, hq, hkv, d, slots = 2, 6, 2, 16, 300
+    mask, depth, paths = _tree(TREE_PARENTS)
+    t = mask.shape[0]
+    base = torch.tensor([40, 124])
+    positions = (base[:, None] + depth[None]).to(DEVICE).contiguous()
+    slot_ids = (base[:, None] + torch.arange(t)).to(DEVICE)
+    path = decode.tree_paths(mask.expand(bsz, t, t).to(DEVICE), slot_ids)
+    q = torch.randn(bsz, t, hq, d, generator=g).to(DEVICE, DTYPE)
+    kc = torch.randn(bsz, hkv, slots, d, generator=g).to(DEVICE, DTYPE)
+    vc = torch.randn(bsz, hkv, slots, d, generator=g).to(DEVICE, DTYPE)
+    out = decode.decode_attention(q, kc, vc, positions, d**-0.5, block_n=32, invariant=True, path=path)
+    for b in range(bsz):
+        for col, cols in enumerate(paths):
+            kb, vb = kc[b : b + 1].clone(), vc[b : b + 1].clone()
+            src = base[b] + torch.tensor(cols)
+            dst = base[b] + torch.arange(len(cols))
+            kb[:, :, dst], vb[:, :, dst] = kc[b : b + 1, :, src], vc[b : b + 1, :, src]
+            pos = torch.tensor([[int(base[b]) + len(cols) - 1]], device=DEVICE)
+            alone = decode.decode_attention(q[b : b + 1, col : col + 1].contiguous(), kb, vb, pos, d**-0.5, block_n=32,
+                                            invariant=True)
+            assert torch.equal(alone[0, 0], out[b, col]), f"row {b} node column {col} differs from its chain"

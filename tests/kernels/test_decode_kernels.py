@@ -95,3 +95,72 @@ def test_decoder_kernel_path_equals_torch_path(arch):
         outs = [r(tokens, positions, attn_len=max(lengths) + t) for r in (ref, fast)]
         torch.testing.assert_close(outs[1].logits, outs[0].logits, **tol)
         lengths = [n + t for n in lengths]
+
+
+def test_qkv_rope_cache_writes_tree_nodes_at_their_slots():
+    """A tree's nodes share rotary positions (siblings) but not cache slots: rope by position, write by slot."""
+    g = _g(3)
+    bsz, t, hq, hkv, d, slots = 2, 3, 4, 2, 16, 12
+    qkv = torch.randn(bsz * t, (hq + 2 * hkv) * d, generator=g).to(DEVICE)
+    positions = torch.tensor([[2, 3, 3], [6, 7, 7]]).reshape(-1).to(DEVICE)  # two siblings at depth 1
+    slot_ids = torch.tensor([[2, 3, 4], [6, 7, 8]]).reshape(-1).to(DEVICE)
+    cos = torch.randn(slots, d, generator=g).to(DEVICE)
+    sin = torch.randn(slots, d, generator=g).to(DEVICE)
+    caches = [torch.zeros(3, hkv, slots, d).to(DEVICE) for _ in range(2)]
+    ref_caches = [c.clone() for c in caches]
+    q = decode.qkv_rope_cache(qkv, positions, bsz, cos, sin, None, 1e-6, caches[0], caches[1], hq, hkv, d, slot_ids)
+    q_ref = decode.qkv_rope_cache_ref(qkv, positions, bsz, cos, sin, None, 1e-6, ref_caches[0], ref_caches[1], hq, hkv, d,
+                                      slot_ids)
+    torch.testing.assert_close(q, q_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(caches[0], ref_caches[0], atol=1e-5, rtol=1e-5)
+    assert caches[1][:2, :, [4, 8]].abs().sum() > 0 and caches[1][2].abs().sum() == 0  # slots 4 and 8 written, row 2 not
+
+
+@pytest.mark.parametrize("arch", ["tiny-llama", "tiny-qwen3"])
+def test_decoder_kernel_tree_forward(arch):
+    """The kernel path's tree forward equals the torch path's, and (batch-invariant) each node's logits equal its
+    root path fed as a chain on the kernel path, bit for bit."""
+    from specbench.models.decoder import DecoderRunner
+    from specbench.models.loading import load_model, resolve_spec
+
+    m = load_model(resolve_spec({"name": arch}, "target"), "cpu", torch.float32)
+    m.model.to(DEVICE)
+    parents = [-1, -1, 0, 0, 1, 3]
+    paths = [[]]
+    for p in parents:
+        paths.append(paths[p + 1] + [len(paths) - 1])
+    t = len(parents) + 1
+    mask = torch.zeros(t, t, dtype=torch.bool)
+    for col, path in enumerate(paths):
+        mask[col, [0] + [j + 1 for j in path]] = True
+    g = _g(7)
+    prompts = [torch.randint(0, 101, (n,), generator=g).tolist() for n in (5, 9)]
+    nodes = torch.randint(0, 101, (2, len(parents)), generator=g)
+    lengths = torch.tensor([len(p) for p in prompts])
+    tokens = torch.cat([torch.tensor([[p[-1]] for p in prompts]), nodes], 1).to(DEVICE)
+    depth = torch.tensor([len(p) for p in paths])
+    positions = (lengths[:, None] - 1 + depth[None]).to(DEVICE)
+    slot_ids = (lengths[:, None] - 1 + torch.arange(t)[None]).to(DEVICE)
+
+    def prefilled(kernels: bool) -> DecoderRunner:
+        r = DecoderRunner(m.model, use_kernels=kernels)
+        r.allocate(2, 32)
+        for b, p in enumerate(prompts):  # row by row: each row's cache holds its prompt but the pending token
+            one = DecoderRunner(m.model, use_kernels=kernels)
+            one.allocate(1, 32)
+            one(torch.tensor([p[:-1]], device=DEVICE), torch.arange(len(p) - 1, device=DEVICE)[None])
+            r.k_cache[:, b], r.v_cache[:, b] = one.k_cache[:, 0], one.v_cache[:, 0]
+        return r
+
+    trees = [prefilled(k)(tokens, positions, attn_len=32, slots=slot_ids, tree_mask=mask.expand(2, t, t).to(DEVICE)).logits
+             for k in (False, True)]
+    tol = dict(atol=2e-3, rtol=2e-3) if _COMPILED else dict(atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(trees[1], trees[0], **tol)
+    for b, p in enumerate(prompts):
+        for col, path in enumerate(paths):
+            chain = prefilled(True)
+            toks = torch.tensor([[p[-1]] + [int(nodes[b, j]) for j in path]], device=DEVICE)
+            pos = torch.arange(len(p) - 1, len(p) - 1 + toks.shape[1], device=DEVICE)[None]
+            rows = chain.k_cache.shape[1]
+            want = chain(toks.expand(rows, -1).contiguous(), pos.expand(rows, -1).contiguous(), attn_len=32).logits[b, -1]
+            assert torch.equal(trees[1][b, col], want), f"row {b} column {col}: tree logits differ from its chain's"
