@@ -90,6 +90,14 @@ def chain_parents(n: int, device: torch.device) -> torch.Tensor:
     return torch.arange(-1, n - 1, device=device)
 
 
+TREES = ("chain", "topk", "dynamic")  # strategy.tree
+
+
+def dynamic_tree_size(k: int, top_k: int) -> int:
+    """Nodes a dynamic tree's expansion makes: top_k at depth 1, then top_k^2 children per further depth."""
+    return top_k + (k - 1) * top_k * top_k
+
+
 @lru_cache(maxsize=64)
 def topk_parents(k: int, top_k: int, device: torch.device) -> torch.Tensor:
     """[1, K * top_k] parents of a top-k tree in depth order: at depth i the chain node (index i * top_k) then its
@@ -137,12 +145,13 @@ class Proposer(ABC):
     needs_draft_model: ClassVar[bool] = False  # run() loads cfg.draft for it (draft=self: the target drafts itself)
 
     def __init__(self, ctx: BuildContext, k: int, name: str = "", one_extra_forward_pass: bool = False,
-                 drop_first_drafted_tokens: bool = False, tree: str = "chain", top_k: int = 1, **options: Any) -> None:
+                 drop_first_drafted_tokens: bool = False, tree: str = "chain", top_k: int = 1, num_nodes: int = 0,
+                 **options: Any) -> None:
         if options:
             raise ConfigError(f"strategy {name or type(self).__name__} got unknown settings {sorted(options)}")
         type(self).raise_if_bad_scheme(name, one_extra_forward_pass, drop_first_drafted_tokens)
-        type(self).raise_if_bad_tree(name, tree, top_k)
-        self.tree, self.top_k = tree, top_k
+        type(self).raise_if_bad_tree(name, tree, top_k, num_nodes, k)
+        self.tree, self.top_k, self.num_nodes = tree, top_k, num_nodes
         self.k = k
         self.name = name
         self.sampling = ctx.sampling
@@ -166,7 +175,10 @@ class Proposer(ABC):
 
     @property
     def nodes_per_step(self) -> int:
-        """Draft nodes a verify forward holds besides the pending token (K for a chain)."""
+        """The most cache slots past a row's length one step writes: the draft nodes a verify forward holds besides
+        the pending token (K for a chain), or a dynamic tree's draft-side scratch if that is more."""
+        if self.tree == "dynamic":
+            return max(self.num_nodes, (self.k - 1) * self.top_k)
         return self.k * self.top_k if self.tree == "topk" else self.k
 
     def reseed(self) -> None:
@@ -182,17 +194,28 @@ class Proposer(ABC):
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ConfigError(f"strategy.k={k!r} for strategy {name!r}; allowed: an integer >= 1")
         cls.raise_if_bad_scheme(name, cfg.get("one_extra_forward_pass", False), cfg.get("drop_first_drafted_tokens", False))
+        cls.raise_if_bad_tree(name, cfg.get("tree", "chain"), cfg.get("top_k", 1), cfg.get("num_nodes", 0), k)
 
     @classmethod
-    def raise_if_bad_tree(cls, name: str, tree: Any, top_k: Any) -> None:
-        """strategy.tree: chain, or topk (the top-1 chain with its top_k - 1 runners-up at every depth as leaves)."""
-        if tree not in ("chain", "topk"):
-            raise ConfigError(f"strategy.tree={tree!r} for strategy {name!r}; allowed: chain, topk")
+    def raise_if_bad_tree(cls, name: str, tree: Any, top_k: Any, num_nodes: Any = 0, k: int = 1) -> None:
+        """strategy.tree: chain; topk (the top-1 chain with its top_k - 1 runners-up at every depth as leaves); or
+        dynamic (EAGLE-2: expand the top_k likeliest nodes per depth, keep the num_nodes likeliest of all)."""
+        if tree not in TREES:
+            raise ConfigError(f"strategy.tree={tree!r} for strategy {name!r}; allowed: {', '.join(TREES)}")
         if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
             raise ConfigError(f"strategy.top_k={top_k!r} for strategy {name!r}; allowed: an integer >= 1")
         if tree == "topk" and cls.drafting == "lookup":
             raise ConfigError(f"strategy.tree=topk for strategy {name!r}; allowed for strategies that draft with a "
                               f"forward (draft_model, eagle, medusa, layer_skip)")
+        if tree == "dynamic":
+            if cls.drafting != "chain":
+                raise ConfigError(f"strategy.tree=dynamic for strategy {name!r}; allowed for strategies that draft "
+                                  f"one depth per forward (draft_model, eagle, layer_skip)")
+            most = dynamic_tree_size(k, top_k)
+            if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or not 1 <= num_nodes <= most:
+                raise ConfigError(f"strategy.num_nodes={num_nodes!r} for strategy {name!r} with tree=dynamic, k={k}, "
+                                  f"top_k={top_k}; allowed: an integer from 1 to {most} (the nodes the expansion makes: "
+                                  f"top_k + (k - 1) * top_k^2)")
 
     @classmethod
     def raise_if_bad_scheme(cls, name: str, extra: Any, drop: Any) -> None:
@@ -232,9 +255,15 @@ class Proposer(ABC):
         self.runner.allocate(batch_size, max_len)
 
     def draft_forward(self, tokens: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor | None,
-                      attn_len: int) -> DraftOutput:
+                      attn_len: int, slots: torch.Tensor | None = None,
+                      tree_path: torch.Tensor | None = None) -> DraftOutput:
         """One draft forward over tokens [B, T] at positions [B, T] (hidden [B, T, H]: the feature before each
-        token, for hidden-state drafters); logits at each row's last column. Default: the causal LM runner."""
+        token, for hidden-state drafters); logits at each row's last column. Default: the causal LM runner.
+        A dynamic tree's frontier (tree_path given): tokens at cache `slots` [B, T], each seeing its ancestors'
+        slots tree_path [B, T, E] (DecoderRunner.forward), and logits at every column."""
+        if tree_path is not None:
+            return DraftOutput(logits=self.runner(tokens, positions, attn_len=attn_len, slots=slots,
+                                                  tree_path=tree_path).logits)
         t = tokens.shape[1]  # a 1-token step needs no column index (one launch less per draft forward)
         last = torch.full((tokens.shape[0], 1), t - 1, device=tokens.device) if t > 1 else None
         return DraftOutput(logits=self.runner(tokens, positions, attn_len=attn_len, logits_at=last).logits)
@@ -289,7 +318,10 @@ class Proposer(ABC):
         out = self._forward(state, t, attn_len)  # ... then (or in the default scheme, with it) the pending token
         if self.owns_kv_cache:
             self.seen = list(state.lengths_host)
-        # 2) draft: one forward gave K (parallel), or feed d_i back for the next (d_K never needs the cache)
+        # 2) draft: one forward gave K (parallel), or feed d_i back for the next (d_K never needs the cache), or
+        #    grow a dynamic tree from the catch-up's distribution
+        if self.tree == "dynamic":
+            return self._draft_dynamic(state, out)
         if self.drafting == "parallel":
             tokens, probs = self._pick(out.logits)  # [B, K]
             if self.tree == "topk" and self.top_k > 1:  # each depth's runners-up, under the depth before's top-1
@@ -325,11 +357,54 @@ class Proposer(ABC):
         # the draft wrote d_1..d_{K-1} after the catch-up: valid up to the first rejected one, never past a row's
         # (possibly truncated) length. A hidden-state drafter wrote them from its own features, not the target's:
         # none is kept, the next catch-up rewrites them from the target's true features.
-        kept = (lambda n: 0) if self.pass_hidden_states_to_model else (lambda n: min(n, self.k - 1))
+        # A dynamic tree was written at scratch slots, not at its positions: nothing is kept either.
+        kept = (lambda n: 0) if self.pass_hidden_states_to_model or self.tree == "dynamic" else (lambda n: min(n, self.k - 1))
         if self.tree == "topk" and self.top_k > 1:  # the draft fed only the chain: the path's leading chain nodes
             chain = [[node == d * self.top_k for d, node in enumerate(row)] for row in verdict.path.tolist()]
             accepted = [next((d for d, on in enumerate(row[:n]) if not on), n) for row, n in zip(chain, accepted)]
         self.seen = [min(old + kept(n), new) for old, n, new in zip(old_lengths, accepted, state.lengths_host)]
+
+    def _draft_dynamic(self, state: DecodeState, out: DraftOutput) -> Draft:
+        """EAGLE-2's dynamic tree (arXiv 2406.16858). Depth 1: the top_k tokens of the catch-up's distribution.
+        Then per depth: feed the frontier (the top_k likeliest nodes of the depth, by cumulative draft
+        log-probability) in one forward, each seeing its own ancestors; each node's top_k children are scored.
+        Finally keep the num_nodes likeliest of all nodes made. The draft's cache gets the frontier at scratch
+        slots past each row's tokens (L, L+1, ...), which the next catch-up overwrites. Every node is a
+        deterministic pick, so the verifier treats the tree as one-hot drafts: lossless at any temperature."""
+        bsz, k, w, dev = state.batch_size, self.k, self.top_k, self.device
+        lengths = state.lengths[:, None]  # [B, 1]
+        root = lengths - 1  # the pending token: its position is its slot in the draft's cache
+        attn_len = max(state.lengths_host) + (k - 1) * w
+        score, tok = torch.log_softmax(out.logits[:, -1].float(), -1).topk(w, -1)  # [B, w] depth 1
+        scores, toks, parents = [score], [tok], [torch.full_like(tok, -1)]
+        front = torch.arange(w, device=dev).expand(bsz, w)  # the frontier's node ids
+        path = root[..., None].expand(bsz, w, 1)  # [B, w, depth]: the slots of each frontier node's ancestors
+        hidden = None if out.hidden is None else out.hidden[:, -1:].expand(-1, w, -1)
+        made = w
+        for depth in range(1, k):
+            slots = lengths + (depth - 1) * w + torch.arange(w, device=dev)  # [B, w]
+            path = torch.cat([path, slots[..., None]], -1)  # [B, w, depth + 1]
+            out = self.draft_forward(tok, (root + depth).expand(bsz, w), hidden, attn_len, slots=slots,
+                                     tree_path=path.contiguous())
+            self.draft_forwards += 1
+            child_score, child_tok = (score[..., None] + torch.log_softmax(out.logits.float(), -1)).topk(w, -1)
+            scores.append(child_score.flatten(1))  # [B, w * w], frontier-major
+            toks.append(child_tok.flatten(1))
+            parents.append(front[..., None].expand(-1, -1, w).flatten(1))
+            best = scores[-1].topk(w, -1).indices  # [B, w] the next frontier among the children
+            src = best // w  # the frontier column each one hangs under
+            score, tok, front = scores[-1].gather(1, best), toks[-1].gather(1, best), made + best
+            path = path.gather(1, src[..., None].expand(-1, -1, depth + 1))
+            if out.hidden is not None:
+                hidden = out.hidden.gather(1, src[..., None].expand(-1, -1, out.hidden.shape[-1]))
+            made += w * w
+        # rerank. A child scores at most its parent and is made after it, so a stable sort keeps each kept node's
+        # parent; kept in the order made, the tree stays topological
+        all_scores, all_toks, all_parents = torch.cat(scores, 1), torch.cat(toks, 1), torch.cat(parents, 1)
+        keep = torch.sort(-all_scores, dim=1, stable=True).indices[:, : self.num_nodes].sort(dim=1).values
+        index = torch.full_like(all_parents, -1).scatter_(1, keep, torch.arange(self.num_nodes, device=dev).expand(bsz, -1))
+        old = all_parents.gather(1, keep)
+        return Draft(tokens=all_toks.gather(1, keep), parents=torch.where(old >= 0, index.gather(1, old.clamp(min=0)), -1))
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def _forward(self, state: DecodeState, t: int, attn_len: int, end: int = 0) -> DraftOutput:

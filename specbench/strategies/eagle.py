@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specbench.errors import ConfigError
+from specbench.kernels.decode_ref import tree_slot_mask
 from specbench.strategies.base import BuildContext, DraftOutput, Proposer
 from specbench.strategies.checkpoints import (AUTO, RANDOM, HeadCheckpoint, checkpoint_files, load_head,
                                               raise_if_head_does_not_fit, random_head, read_checkpoint_config,
@@ -138,6 +139,8 @@ class EagleHead(nn.Module):
         extra_kv: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None,  # training-time test
         kv_mask: torch.Tensor | None = None,  # [B, 1, T, S] without cache: which keys each query sees
         return_kv: bool = False,
+        slots: torch.Tensor | None = None,  # with use_cache, a tree: [B, T] slots to write (default: the positions)
+        tree_path: torch.Tensor | None = None,  # [B, T, E] the slots of each one's ancestors (decode_ref.tree_paths)
     ) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Output feature [B, T, H] after the target's final norm: lm_head(out) gives token x_{i+2}."""
         embed, norm, rotary, _ = self.shared
@@ -156,11 +159,14 @@ class EagleHead(nn.Module):
             # slot == position: overwrite this call's slots, then each query at p sees slots 0..p of its row
             assert self.k_cache is not None, "call allocate() first"
             s = self.k_cache.shape[2] if attn_len is None else attn_len
-            idx = positions[:, None, :, None].expand(bsz, nkv, t, d)
+            idx = (positions if slots is None else slots)[:, None, :, None].expand(bsz, nkv, t, d)
             self.k_cache.scatter_(2, idx, k)
             self.v_cache.scatter_(2, idx, v)
             keys, values = self.k_cache[:, :, :s], self.v_cache[:, :, :s]
-            mask = torch.arange(s, device=x.device)[None, None, None, :] <= positions[:, None, :, None]
+            if tree_path is None:
+                mask = torch.arange(s, device=x.device)[None, None, None, :] <= positions[:, None, :, None]
+            else:  # a tree's frontier: the slots below its root's, then its ancestors'
+                mask = tree_slot_mask(tree_path, positions, s)[:, None]
         else:
             keys, values = k, v
             mask = positions[:, None, None, :] <= positions[:, None, :, None] if kv_mask is None else kv_mask
@@ -259,8 +265,11 @@ class EagleProposer(HeadCheckpoint, Proposer):
         self.head.allocate(batch_size, max_len, self.device, self.head.fc.weight.dtype)
 
     def draft_forward(self, tokens: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor | None,
-                      attn_len: int) -> DraftOutput:
+                      attn_len: int, slots: torch.Tensor | None = None,
+                      tree_path: torch.Tensor | None = None) -> DraftOutput:
         # token x_p with the feature before it (true f_{p-1} from the target, or the head's own output while
-        # drafting) is the pair the head holds at slot p-1
-        out = self.head(hidden, tokens, positions - 1, use_cache=True, attn_len=attn_len)[:, -1:]  # [B, 1, H]
+        # drafting) is the pair the head holds at slot p-1 (a tree's scratch slots shift the same way)
+        out = self.head(hidden, tokens, positions - 1, use_cache=True, attn_len=attn_len,
+                        slots=None if slots is None else slots - 1, tree_path=None if tree_path is None else tree_path - 1)
+        out = out if tree_path is not None else out[:, -1:]  # [B, T or 1, H]
         return DraftOutput(logits=self.head.lm_head(out).float(), hidden=out)

@@ -60,18 +60,18 @@ def _strategy_class(name: str) -> type[Proposer]:
     return get_class(_compose(f"strategy={name}").strategy._target_)
 
 
-def _drafts_trees(name: str) -> bool:
+def _accepts(name: str, tree: dict) -> bool:
     try:
-        _strategy_class(name).raise_if_bad_tree(name, "topk", 2)
+        _strategy_class(name).raise_if_bad_tree(name, tree["tree"], tree["top_k"], tree.get("num_nodes", 0), 3)
     except ConfigError:
         return False
     return True
 
 
-# every strategy as registered, and each tree mode a strategy accepts (strategy.tree=topk)
-TREE = {"tree": "topk", "top_k": 2}
+# every strategy as registered, and each tree mode a strategy accepts
+TREES = [{"tree": "topk", "top_k": 2}, {"tree": "dynamic", "top_k": 2, "num_nodes": 5}]
 VARIANTS = [pytest.param(s, {}, id=s) for s in STRATEGIES] + [
-    pytest.param(s, TREE, id=f"{s}[tree=topk]") for s in STRATEGIES if _drafts_trees(s)]
+    pytest.param(s, t, id=f"{s}[tree={t['tree']}]") for t in TREES for s in STRATEGIES if _accepts(s, t)]
 
 
 def _settings(extra: dict) -> list[str]:
@@ -131,7 +131,13 @@ def test_greedy_output_equals_plain_greedy_decoding(strategy, extra, target, bat
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("strategy, extra", [v for v in VARIANTS if _strategy_class(v.values[0]).needs_draft_model])
 def test_a_self_draft_accepts_every_token(strategy, extra, temperature, tmp_path):
+    """A dynamic tree's nodes are deterministic picks (one-hot drafts): a self-draft's are all accepted only at
+    T = 0, and only when the tree is one wide (its expansion is then the greedy chain, drafted on the tree path)."""
     target = "tiny-qwen3"
+    if extra.get("tree") == "dynamic":
+        if temperature > 0:
+            pytest.skip("a dynamic tree drafts one-hot picks: at T > 0 the target may reject its own argmax")
+        extra = {**extra, "top_k": 1, "num_nodes": 3}
     report = _run(strategy, target, tmp_path, "draft=self", "engine.batch_size=4", *_settings(extra),
                   f"sampling.temperature={temperature}")
     k, summary = report.results["run"]["k"], report.results["strategy"]
@@ -179,7 +185,7 @@ def sharp_target() -> tuple[LoadedModel, list[np.ndarray]]:
 
 def _sample(strategy: str, target: LoadedModel, extra: dict, rule=None, tree_rule=None) -> tuple[np.ndarray, float]:
     """N rows of PROMPT through the strategy built from its registry config (the class from `_target_`, the
-    Engine and a Verifier with `rule`): the generated tokens [N, TOKENS] and the acceptance rate. A strategy
+    Engine and a Verifier with `rule`): the generated tokens [N, TOKENS] and the acceptance rate per drafted depth. A strategy
     that needs a draft model gets a perturbed copy of the target (about half its drafts are accepted)."""
     options = {**OmegaConf.to_container(_compose("target=tiny-llama", f"strategy={strategy}").strategy, resolve=True),
                **extra}
@@ -189,8 +195,14 @@ def _sample(strategy: str, target: LoadedModel, extra: dict, rule=None, tree_rul
     engine = Engine(ctx.target_runner, cls(ctx, **options), Verifier(SAMPLING, CPU, rule=rule, tree_rule=tree_rule), max_new_tokens=TOKENS,
                     eos_ids=set(), device=CPU)
     rows, _ = engine.generate([PROMPT] * N)
-    drafted = sum(r.draft_tokens for r in rows)
-    return np.array([r.output_ids for r in rows]), sum(r.accepted_tokens for r in rows) / max(drafted, 1)
+    depths = sum(r.drafts for r in rows) * engine.proposer.k  # a tree's accepted path is at most K deep, like a chain
+    return np.array([r.output_ids for r in rows]), sum(r.accepted_tokens for r in rows) / max(depths, 1)
+
+
+def _samples(strategy: str, extra: dict) -> bool:
+    """Whether the variant drafts by sampling from its q at T > 0: a `samples` strategy, except in a dynamic tree,
+    whose nodes are one-hot picks (the tree rule's power against one-hot siblings: tests/test_verify_tree.py)."""
+    return _strategy_class(strategy).samples and extra.get("tree") != "dynamic"
 
 
 def _pvalues(out: np.ndarray, marginals: list[np.ndarray]) -> list[float]:
@@ -205,11 +217,11 @@ def test_sampled_tokens_follow_the_target_distribution(strategy, extra, sharp_ta
     out, acceptance = _sample(strategy, target, extra)
     pvalues = _pvalues(out, marginals)
     assert min(pvalues) > 1e-4, pvalues
-    if _strategy_class(strategy).samples:
+    if _samples(strategy, extra):
         assert 0.01 < acceptance < 0.99, f"acceptance rate {acceptance:.3f}: acceptance and rejection should both happen"
 
 
-@pytest.mark.parametrize("strategy, extra", [v for v in VARIANTS if _strategy_class(v.values[0]).samples])
+@pytest.mark.parametrize("strategy, extra", [v for v in VARIANTS if _samples(*v.values)])
 def test_the_distribution_test_fails_under_a_wrong_acceptance_rule(strategy, extra, sharp_target):
     target, marginals = sharp_target
     out, _ = _sample(strategy, target, extra, rule=resample_from_p, tree_rule=tree_resample_from_p)
