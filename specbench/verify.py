@@ -157,15 +157,32 @@ def raise_if_not_topological(parents: torch.Tensor) -> None:
 
 def tree_layout(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For a verify forward over [pending token, node 0..N-1]: depth [B, 1+N] (0 for the pending token) and the
-    ancestor mask [B, 1+N, 1+N] (column u is an ancestor of, or is, row t). Parents must be topological."""
+    ancestor mask [B, 1+N, 1+N] (column u is an ancestor of, or is, row t). Parents must be topological.
+
+    Pointer jumping, no loop over the nodes: each row starts as {itself, its parent}; then, log2(N) times, a row
+    takes in the row of the ancestor `jump` points to and `jump` doubles its distance (the root points to itself)."""
+    bsz, n = parents.shape
+    dev = parents.device
+    up = torch.cat([torch.zeros((bsz, 1), dtype=torch.long, device=dev), parents + 1], dim=1)  # [B, 1+N] parent column
+    eye = torch.eye(n + 1, dtype=torch.bool, device=dev).expand(bsz, -1, -1)
+    mask = eye | torch.zeros_like(eye).scatter_(2, up[..., None], True)
+    jump = up
+    for _ in range(max(1, n.bit_length())):  # after j rounds a row holds its ancestors up to 2^j levels up
+        mask = mask | mask.gather(1, jump[..., None].expand(-1, -1, n + 1))
+        jump = jump.gather(1, jump)
+    return mask.sum(-1) - 1, mask
+
+
+def _tree_layout_loop(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """tree_layout's reference: one node at a time, each row its parent's row plus itself (tests compare them)."""
     bsz, n = parents.shape
     dev = parents.device
     depth = torch.zeros((bsz, n + 1), dtype=torch.long, device=dev)
     mask = torch.zeros((bsz, n + 1, n + 1), dtype=torch.bool, device=dev)
     mask[:, 0, 0] = True
     rows = torch.arange(bsz, device=dev)
-    for i in range(n):  # a node's row is its parent's row plus itself (the parent's row is complete: topological)
-        up = parents[:, i] + 1  # [B] the parent's column
+    for i in range(n):
+        up = parents[:, i] + 1
         depth[:, i + 1] = depth[rows, up] + 1
         mask[:, i + 1] = mask[rows, up]
         mask[:, i + 1, i + 1] = True

@@ -172,3 +172,19 @@ def test_drafts_without_q_are_verified_as_one_hot_and_stay_lossless():
     one_hot = tree_rejection_sample(tokens, parents, None, target, u, e)
     assert min(_pvalues(p1, p2, *_emitted(tokens, one_hot))) > 1e-4
     assert float(one_hot.accepted.float().mean()) < float(with_q.accepted.float().mean())
+
+
+def test_tree_layout_equals_the_node_by_node_reference():
+    """Pointer jumping gives the same depths and ancestor masks as walking the nodes one by one: chains (deepest
+    case), top-k combs and random topological trees of odd sizes, rows of one batch differing."""
+    from specbench.verify import _tree_layout_loop, tree_layout
+
+    g = torch.Generator().manual_seed(0)
+    cases = [torch.arange(-1, 16)[None].expand(3, -1), torch.tensor([[-1, -1, 0, 0, 2, 2, 4]])]
+    for n in (1, 5, 17, 33):
+        cases.append(torch.stack([torch.tensor([int(torch.randint(-1, i, (1,), generator=g)) for i in range(n)])
+                                  for _ in range(3)]))
+    for parents in cases:
+        depth, mask = tree_layout(parents)
+        want_depth, want_mask = _tree_layout_loop(parents)
+        assert torch.equal(depth, want_depth) and torch.equal(mask, want_mask), parents
