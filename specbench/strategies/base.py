@@ -162,7 +162,8 @@ class Proposer(ABC):
         # under captured graphs every catch-up after the first step feeds 2 tokens (one graph shape, warmed before
         # timing). Re-feeding a token the draft already wrote in an earlier decode step rewrites its cache entry bit
         # for bit (batch-invariant kernels); the prompt's entries (written by the prefill, on other kernels) are never
-        # re-fed, so the first step keeps its single token.
+        # re-fed, so the first step keeps its single token. A dynamic tree feeds K+1 from the first step on (its tree
+        # went to scratch slots, so up to K+1 committed tokens are new; positions below a prompt's end clamp to it).
         self.fixed_catch_up = self.use_graphs and ctx.device.type == "cuda"
         self.runner: Any = None  # the draft's causal LM runner (draft_model, layer_skip); None for heads
         self.seen: list[int] = []  # per row: committed positions < seen[b] are in the draft's cache
@@ -312,9 +313,11 @@ class Proposer(ABC):
             self._forward(state, t, attn_len, end=1)
             unseen = [1] * bsz
         t = max(1, *unseen)
-        if (self.fixed_catch_up and not self.one_extra_forward_pass
-                and all(n - 2 >= p for n, p in zip(state.lengths_host, state.prompt_lengths))):
-            t = 2
+        if self.fixed_catch_up and not self.one_extra_forward_pass:
+            if self.tree == "dynamic":  # the tree went to scratch slots: up to K+1 committed tokens are new, every step
+                t = self.k + 1
+            elif all(n - 2 >= p for n, p in zip(state.lengths_host, state.prompt_lengths)):
+                t = 2
         out = self._forward(state, t, attn_len)  # ... then (or in the default scheme, with it) the pending token
         if self.owns_kv_cache:
             self.seen = list(state.lengths_host)

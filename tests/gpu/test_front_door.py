@@ -161,3 +161,17 @@ def test_topk_trees_are_exact_8b(tmp_path: Path):
         assert r["strategy"]["nodes_per_step"] == 6.0
         _assert_exact(r)
         assert r["strategy"]["acceptance_length"] == 4.0, r["strategy"]["acceptance_length"]
+
+
+def test_dynamic_trees_are_exact_8b(tmp_path: Path):
+    """EAGLE-2 style dynamic trees on the GPU, self-drafted: the draft's frontier forwards (scratch slots, ancestor
+    paths) run on the batch-invariant tree kernels. One wide (top_k=1, 3 nodes) the expansion is the greedy chain
+    and must be accepted whole (AL exactly 4.00); top_k=2 with 3 nodes must still accept the first depth every
+    step (AL >= 2); T=0 output equals target-only decoding in both."""
+    results = _sweep(tmp_path, *COMMON, "target=qwen3-8b-random", "strategy=draft_model", "draft=self", "strategy.k=3",
+                     "strategy.tree=dynamic", "strategy.top_k=1,2", "strategy.num_nodes=3", "dataset.num_prompts=4")
+    assert sorted(r["config"]["strategy"]["top_k"] for r in results) == [1, 2]
+    for r in results:
+        _assert_exact(r)
+        al = r["strategy"]["acceptance_length"]
+        assert al == 4.0 if r["config"]["strategy"]["top_k"] == 1 else al >= 2.0, (r["config"]["strategy"], al)

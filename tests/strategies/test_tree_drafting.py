@@ -159,3 +159,23 @@ def test_a_one_wide_dynamic_tree_is_the_chain(pair):
     target, _ = pair
     _, rows = _run(target, target, SamplingParams(), 4, max_new=13, tree="dynamic", top_k=1, num_nodes=3)
     assert all(r.accepted_tokens == 3 * r.drafts for r in rows)
+
+
+def test_a_dynamic_tree_under_fixed_catch_up_shapes_drafts_the_same_trees(pair):
+    """Under CUDA graphs the catch-up has one shape: a dynamic tree then re-feeds K+1 committed tokens every step
+    (its tree went to scratch slots, where siblings share a position). Forced on here (it is on only on CUDA), it
+    must draft the same trees as the catch-up of exactly the unseen tokens: no accepted token may be missing from
+    the draft's cache."""
+    target, _ = pair
+    draft = perturbed(target, 0.05)  # close to the target: most steps accept 2-3 depths, through any frontier node
+    sp = SamplingParams()
+    results = []
+    for fixed in (False, True):
+        ctx = BuildContext(target=target, target_runner=make_runner(target.model), draft=draft, sampling=sp, device=CPU)
+        proposer = DraftModelProposer(ctx, k=3, tree="dynamic", top_k=2, num_nodes=6)
+        proposer.fixed_catch_up = fixed
+        engine = Engine(ctx.target_runner, proposer, Verifier(sp, CPU), max_new_tokens=13, eos_ids=set(), device=CPU)
+        rows, _ = engine.generate(ragged_prompts(V)[:4])
+        results.append([(r.output_ids, r.accepted_at) for r in rows])
+    assert results[0] == results[1]
+    assert sum(sum(a[1:]) for _, a in results[0]) > 10  # enough steps accepted past depth 1 to miss a token
