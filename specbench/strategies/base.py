@@ -31,6 +31,8 @@ import torch
 
 from specbench.errors import ConfigError
 from specbench.models.loading import LoadedModel
+from specbench.strategies import trees
+from specbench.strategies.trees import topk_parents
 from specbench.verify import SamplingParams, Verdict, logits_to_probs, sample_from
 
 DRAFTING = ("chain", "parallel", "lookup")
@@ -90,21 +92,6 @@ def chain_parents(n: int, device: torch.device) -> torch.Tensor:
     return torch.arange(-1, n - 1, device=device)
 
 
-TREES = ("chain", "topk", "dynamic")  # strategy.tree
-
-
-def dynamic_tree_size(k: int, top_k: int) -> int:
-    """Nodes a dynamic tree's expansion makes: top_k at depth 1, then top_k^2 children per further depth."""
-    return top_k + (k - 1) * top_k * top_k
-
-
-@lru_cache(maxsize=64)
-def topk_parents(k: int, top_k: int, device: torch.device) -> torch.Tensor:
-    """[1, K * top_k] parents of a top-k tree in depth order: at depth i the chain node (index i * top_k) then its
-    top_k - 1 runners-up, all under the chain node of depth i - 1 (the pending token at depth 0)."""
-    return torch.tensor([[-1 if i < top_k else (i // top_k - 1) * top_k for i in range(k * top_k)]], device=device)
-
-
 @dataclass
 class Draft:
     """N draft tokens per row, node i under node parents[b, i] (-1 = the pending token)."""
@@ -146,12 +133,14 @@ class Proposer(ABC):
 
     def __init__(self, ctx: BuildContext, k: int, name: str = "", one_extra_forward_pass: bool = False,
                  drop_first_drafted_tokens: bool = False, tree: str = "chain", top_k: int = 1, num_nodes: int = 0,
-                 **options: Any) -> None:
+                 tree_choices: list[list[int]] | None = None, **options: Any) -> None:
         if options:
             raise ConfigError(f"strategy {name or type(self).__name__} got unknown settings {sorted(options)}")
         type(self).raise_if_bad_scheme(name, one_extra_forward_pass, drop_first_drafted_tokens)
-        type(self).raise_if_bad_tree(name, tree, top_k, num_nodes, k)
+        type(self).raise_if_bad_tree(name, tree, top_k, num_nodes, k, tree_choices)
         self.tree, self.top_k, self.num_nodes = tree, top_k, num_nodes
+        self.static_tree = trees.static_tree(trees.resolve_choices(tree_choices, k)) if tree == "static" else None
+        self.static_parents = None if self.static_tree is None else torch.tensor([self.static_tree.parents], device=ctx.device)
         self.k = k
         self.name = name
         self.sampling = ctx.sampling
@@ -180,6 +169,8 @@ class Proposer(ABC):
         the pending token (K for a chain), or a dynamic tree's draft-side scratch if that is more."""
         if self.tree == "dynamic":
             return max(self.num_nodes, (self.k - 1) * self.top_k)
+        if self.static_tree is not None:
+            return len(self.static_tree.parents)
         return self.k * self.top_k if self.tree == "topk" else self.k
 
     def reseed(self) -> None:
@@ -195,28 +186,14 @@ class Proposer(ABC):
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ConfigError(f"strategy.k={k!r} for strategy {name!r}; allowed: an integer >= 1")
         cls.raise_if_bad_scheme(name, cfg.get("one_extra_forward_pass", False), cfg.get("drop_first_drafted_tokens", False))
-        cls.raise_if_bad_tree(name, cfg.get("tree", "chain"), cfg.get("top_k", 1), cfg.get("num_nodes", 0), k)
+        cls.raise_if_bad_tree(name, cfg.get("tree", "chain"), cfg.get("top_k", 1), cfg.get("num_nodes", 0), k,
+                              cfg.get("tree_choices"))
 
     @classmethod
-    def raise_if_bad_tree(cls, name: str, tree: Any, top_k: Any, num_nodes: Any = 0, k: int = 1) -> None:
-        """strategy.tree: chain; topk (the top-1 chain with its top_k - 1 runners-up at every depth as leaves); or
-        dynamic (EAGLE-2: expand the top_k likeliest nodes per depth, keep the num_nodes likeliest of all)."""
-        if tree not in TREES:
-            raise ConfigError(f"strategy.tree={tree!r} for strategy {name!r}; allowed: {', '.join(TREES)}")
-        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-            raise ConfigError(f"strategy.top_k={top_k!r} for strategy {name!r}; allowed: an integer >= 1")
-        if tree == "topk" and cls.drafting == "lookup":
-            raise ConfigError(f"strategy.tree=topk for strategy {name!r}; allowed for strategies that draft with a "
-                              f"forward (draft_model, eagle, medusa, layer_skip)")
-        if tree == "dynamic":
-            if cls.drafting != "chain":
-                raise ConfigError(f"strategy.tree=dynamic for strategy {name!r}; allowed for strategies that draft "
-                                  f"one depth per forward (draft_model, eagle, layer_skip)")
-            most = dynamic_tree_size(k, top_k)
-            if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or not 1 <= num_nodes <= most:
-                raise ConfigError(f"strategy.num_nodes={num_nodes!r} for strategy {name!r} with tree=dynamic, k={k}, "
-                                  f"top_k={top_k}; allowed: an integer from 1 to {most} (the nodes the expansion makes: "
-                                  f"top_k + (k - 1) * top_k^2)")
+    def raise_if_bad_tree(cls, name: str, tree: Any, top_k: Any, num_nodes: Any = 0, k: int = 1,
+                          tree_choices: Any = None) -> None:
+        """strategy.tree and its settings (top_k, num_nodes, tree_choices) for this strategy; see trees.py."""
+        trees.check_tree(name, cls.drafting, tree, top_k, num_nodes, tree_choices, k)
 
     @classmethod
     def raise_if_bad_scheme(cls, name: str, extra: Any, drop: Any) -> None:
@@ -314,7 +291,7 @@ class Proposer(ABC):
             unseen = [1] * bsz
         t = max(1, *unseen)
         if self.fixed_catch_up and not self.one_extra_forward_pass:
-            if self.tree == "dynamic":  # the tree went to scratch slots: up to K+1 committed tokens are new, every step
+            if self.tree in ("dynamic", "static"):  # the tree went to scratch slots: up to K+1 committed tokens are new
                 t = self.k + 1
             elif all(n - 2 >= p for n, p in zip(state.lengths_host, state.prompt_lengths)):
                 t = 2
@@ -322,9 +299,18 @@ class Proposer(ABC):
         if self.owns_kv_cache:
             self.seen = list(state.lengths_host)
         # 2) draft: one forward gave K (parallel), or feed d_i back for the next (d_K never needs the cache), or
-        #    grow a dynamic tree from the catch-up's distribution
+        #    grow a static or dynamic tree from the catch-up's distribution, one forward per depth (trees.py)
         if self.tree == "dynamic":
-            return self._draft_dynamic(state, out)
+            tokens, parents = trees.expand_dynamic(self._feed, out, state.lengths[:, None], state.lengths_host, k,
+                                                   self.top_k, self.num_nodes)
+            return Draft(tokens=tokens, parents=parents)
+        if self.static_tree is not None:
+            tree = self.static_tree
+            if self.drafting == "parallel":
+                tokens = trees.parallel_static(out.logits, tree)
+            else:
+                tokens = trees.expand_static(self._feed, out, state.lengths[:, None], state.lengths_host, tree)
+            return Draft(tokens=tokens, parents=self.static_parents.expand(bsz, -1))
         if self.drafting == "parallel":
             tokens, probs = self._pick(out.logits)  # [B, K]
             if self.tree == "topk" and self.top_k > 1:  # each depth's runners-up, under the depth before's top-1
@@ -360,54 +346,13 @@ class Proposer(ABC):
         # the draft wrote d_1..d_{K-1} after the catch-up: valid up to the first rejected one, never past a row's
         # (possibly truncated) length. A hidden-state drafter wrote them from its own features, not the target's:
         # none is kept, the next catch-up rewrites them from the target's true features.
-        # A dynamic tree was written at scratch slots, not at its positions: nothing is kept either.
-        kept = (lambda n: 0) if self.pass_hidden_states_to_model or self.tree == "dynamic" else (lambda n: min(n, self.k - 1))
+        # A static or dynamic tree was written at scratch slots, not at its positions: nothing is kept either.
+        scratch = self.tree in ("dynamic", "static")
+        kept = (lambda n: 0) if self.pass_hidden_states_to_model or scratch else (lambda n: min(n, self.k - 1))
         if self.tree == "topk" and self.top_k > 1:  # the draft fed only the chain: the path's leading chain nodes
             chain = [[node == d * self.top_k for d, node in enumerate(row)] for row in verdict.path.tolist()]
             accepted = [next((d for d, on in enumerate(row[:n]) if not on), n) for row, n in zip(chain, accepted)]
         self.seen = [min(old + kept(n), new) for old, n, new in zip(old_lengths, accepted, state.lengths_host)]
-
-    def _draft_dynamic(self, state: DecodeState, out: DraftOutput) -> Draft:
-        """EAGLE-2's dynamic tree (arXiv 2406.16858). Depth 1: the top_k tokens of the catch-up's distribution.
-        Then per depth: feed the frontier (the top_k likeliest nodes of the depth, by cumulative draft
-        log-probability) in one forward, each seeing its own ancestors; each node's top_k children are scored.
-        Finally keep the num_nodes likeliest of all nodes made. The draft's cache gets the frontier at scratch
-        slots past each row's tokens (L, L+1, ...), which the next catch-up overwrites. Every node is a
-        deterministic pick, so the verifier treats the tree as one-hot drafts: lossless at any temperature."""
-        bsz, k, w, dev = state.batch_size, self.k, self.top_k, self.device
-        lengths = state.lengths[:, None]  # [B, 1]
-        root = lengths - 1  # the pending token: its position is its slot in the draft's cache
-        attn_len = max(state.lengths_host) + (k - 1) * w
-        score, tok = torch.log_softmax(out.logits[:, -1].float(), -1).topk(w, -1)  # [B, w] depth 1
-        scores, toks, parents = [score], [tok], [torch.full_like(tok, -1)]
-        front = torch.arange(w, device=dev).expand(bsz, w)  # the frontier's node ids
-        path = root[..., None].expand(bsz, w, 1)  # [B, w, depth]: the slots of each frontier node's ancestors
-        hidden = None if out.hidden is None else out.hidden[:, -1:].expand(-1, w, -1)
-        made = w
-        for depth in range(1, k):
-            slots = lengths + (depth - 1) * w + torch.arange(w, device=dev)  # [B, w]
-            path = torch.cat([path, slots[..., None]], -1)  # [B, w, depth + 1]
-            out = self.draft_forward(tok, (root + depth).expand(bsz, w), hidden, attn_len, slots=slots,
-                                     tree_path=path.contiguous())
-            self.draft_forwards += 1
-            child_score, child_tok = (score[..., None] + torch.log_softmax(out.logits.float(), -1)).topk(w, -1)
-            scores.append(child_score.flatten(1))  # [B, w * w], frontier-major
-            toks.append(child_tok.flatten(1))
-            parents.append(front[..., None].expand(-1, -1, w).flatten(1))
-            best = scores[-1].topk(w, -1).indices  # [B, w] the next frontier among the children
-            src = best // w  # the frontier column each one hangs under
-            score, tok, front = scores[-1].gather(1, best), toks[-1].gather(1, best), made + best
-            path = path.gather(1, src[..., None].expand(-1, -1, depth + 1))
-            if out.hidden is not None:
-                hidden = out.hidden.gather(1, src[..., None].expand(-1, -1, out.hidden.shape[-1]))
-            made += w * w
-        # rerank. A child scores at most its parent and is made after it, so a stable sort keeps each kept node's
-        # parent; kept in the order made, the tree stays topological
-        all_scores, all_toks, all_parents = torch.cat(scores, 1), torch.cat(toks, 1), torch.cat(parents, 1)
-        keep = torch.sort(-all_scores, dim=1, stable=True).indices[:, : self.num_nodes].sort(dim=1).values
-        index = torch.full_like(all_parents, -1).scatter_(1, keep, torch.arange(self.num_nodes, device=dev).expand(bsz, -1))
-        old = all_parents.gather(1, keep)
-        return Draft(tokens=all_toks.gather(1, keep), parents=torch.where(old >= 0, index.gather(1, old.clamp(min=0)), -1))
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def _forward(self, state: DecodeState, t: int, attn_len: int, end: int = 0) -> DraftOutput:
@@ -416,6 +361,11 @@ class Proposer(ABC):
         self.draft_forwards += 1
         return self.draft_forward(state.tokens.gather(1, positions), positions, self._features_before(positions),
                                   attn_len)
+
+    def _feed(self, *args: Any, **kwargs: Any) -> DraftOutput:
+        """draft_forward for the tree expansions (trees.py), counted."""
+        self.draft_forwards += 1
+        return self.draft_forward(*args, **kwargs)
 
     def _keep_features(self, state: DecodeState) -> None:
         """pass_hidden_states_to_model: store the last target forward's features at their positions (prefill: the

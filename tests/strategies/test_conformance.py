@@ -62,14 +62,14 @@ def _strategy_class(name: str) -> type[Proposer]:
 
 def _accepts(name: str, tree: dict) -> bool:
     try:
-        _strategy_class(name).raise_if_bad_tree(name, tree["tree"], tree["top_k"], tree.get("num_nodes", 0), 3)
+        _strategy_class(name).raise_if_bad_tree(name, tree["tree"], tree.get("top_k", 1), tree.get("num_nodes", 0), 3)
     except ConfigError:
         return False
     return True
 
 
 # every strategy as registered, and each tree mode a strategy accepts
-TREES = [{"tree": "topk", "top_k": 2}, {"tree": "dynamic", "top_k": 2, "num_nodes": 5}]
+TREES = [{"tree": "topk", "top_k": 2}, {"tree": "static"}, {"tree": "dynamic", "top_k": 2, "num_nodes": 5}]
 VARIANTS = [pytest.param(s, {}, id=s) for s in STRATEGIES] + [
     pytest.param(s, t, id=f"{s}[tree={t['tree']}]") for t in TREES for s in STRATEGIES if _accepts(s, t)]
 
@@ -131,13 +131,14 @@ def test_greedy_output_equals_plain_greedy_decoding(strategy, extra, target, bat
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("strategy, extra", [v for v in VARIANTS if _strategy_class(v.values[0]).needs_draft_model])
 def test_a_self_draft_accepts_every_token(strategy, extra, temperature, tmp_path):
-    """A dynamic tree's nodes are deterministic picks (one-hot drafts): a self-draft's are all accepted only at
-    T = 0, and only when the tree is one wide (its expansion is then the greedy chain, drafted on the tree path)."""
+    """A static or dynamic tree's nodes are deterministic picks (one-hot drafts): a self-draft's are all accepted
+    only at T = 0, and then its top-1 path is the greedy chain (dynamic: one wide, so that it is drafted whole)."""
     target = "tiny-qwen3"
-    if extra.get("tree") == "dynamic":
+    if extra.get("tree") in ("dynamic", "static"):
         if temperature > 0:
-            pytest.skip("a dynamic tree drafts one-hot picks: at T > 0 the target may reject its own argmax")
-        extra = {**extra, "top_k": 1, "num_nodes": 3}
+            pytest.skip("a static or dynamic tree drafts one-hot picks: at T > 0 the target may reject its own argmax")
+        if extra["tree"] == "dynamic":
+            extra = {**extra, "top_k": 1, "num_nodes": 3}
     report = _run(strategy, target, tmp_path, "draft=self", "engine.batch_size=4", *_settings(extra),
                   f"sampling.temperature={temperature}")
     k, summary = report.results["run"]["k"], report.results["strategy"]
@@ -200,9 +201,9 @@ def _sample(strategy: str, target: LoadedModel, extra: dict, rule=None, tree_rul
 
 
 def _samples(strategy: str, extra: dict) -> bool:
-    """Whether the variant drafts by sampling from its q at T > 0: a `samples` strategy, except in a dynamic tree,
-    whose nodes are one-hot picks (the tree rule's power against one-hot siblings: tests/test_verify_tree.py)."""
-    return _strategy_class(strategy).samples and extra.get("tree") != "dynamic"
+    """Whether the variant drafts by sampling from its q at T > 0: a `samples` strategy, except in a static or
+    dynamic tree, whose nodes are one-hot picks (the tree rule's power against one-hot siblings: tests/test_verify_tree.py)."""
+    return _strategy_class(strategy).samples and extra.get("tree") not in ("dynamic", "static")
 
 
 def _pvalues(out: np.ndarray, marginals: list[np.ndarray]) -> list[float]:

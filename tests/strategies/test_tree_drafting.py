@@ -120,17 +120,16 @@ def test_the_dynamic_tree_is_eagle2s_expansion_and_rerank(pair, bsz, num_nodes):
     ctx = BuildContext(target=target, target_runner=make_runner(target.model), draft=draft, sampling=sp, device=CPU)
     proposer = DraftModelProposer(ctx, k=3, tree="dynamic", top_k=3, num_nodes=num_nodes)
     trees = []
-    original = proposer._draft_dynamic
+    original = proposer.propose
 
-    def spy(state, out):
-        d = original(state, out)
+    def spy(state):
+        d = original(state)
         trees.append((state.tokens.clone(), list(state.lengths_host), d.tokens.clone(), d.parents.clone()))
         return d
 
-    proposer._draft_dynamic = spy
+    proposer.propose = spy
     engine = Engine(ctx.target_runner, proposer, Verifier(sp, CPU), max_new_tokens=6, eos_ids=set(), device=CPU)
-    prompts = ragged_prompts(V)[:bsz]
-    engine.generate(prompts)
+    engine.generate(ragged_prompts(V)[:bsz])
     checked = 0
     for tokens, lengths, d_tokens, d_parents in trees[:3]:
         for b, n in enumerate(lengths):

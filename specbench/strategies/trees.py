@@ -1,0 +1,231 @@
+"""Tree drafting for the proposer base: which trees a strategy may draft, their shapes, and the expansions.
+
+`strategy.tree` picks the shape of a step's draft (the engine verifies any tree in one target forward):
+
+| tree | nodes per step | what it drafts |
+| --- | --- | --- |
+| chain | k | the top-1 (or, at T > 0, sampled) token at each depth |
+| topk | k * top_k | the chain, plus its top_k - 1 runners-up at every depth as leaves |
+| static | len(tree_choices) | a fixed tree (EAGLE-1's; Medusa's sparse tree): node (r1, ..., rd) is the rank-rd token after node (r1, ..., rd-1) |
+| dynamic | num_nodes | EAGLE-2 (arXiv 2406.16858): per depth, expand the top_k nodes of highest cumulative draft log-probability into their top_k children; keep the num_nodes likeliest of all nodes made |
+
+Static and dynamic trees of a chain drafter (draft_model, eagle, layer_skip) feed each depth's frontier in one draft
+forward: the frontier goes to scratch slots past each row's tokens (L, L+1, ...), every node seeing its own
+ancestors (`tree_path`, the slots of its ancestors from the pending token down), and the next catch-up overwrites
+them. A parallel drafter (Medusa) drafts a static tree from its heads alone: node (r1, ..., rd) is head d's
+rank-rd token, whatever its parent. Every node of a static or dynamic tree is a deterministic pick, so the verifier
+treats the tree as one-hot drafts: lossless at any temperature.
+
+The functions here work on tensors and a `feed` callable (the base's draft forward); they know nothing of the
+engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from specbench.errors import ConfigError
+
+TREES = ("chain", "topk", "static", "dynamic")  # strategy.tree
+
+# feed(tokens [B, T], positions [B, T], hidden [B, T, H] | None, attn_len, slots [B, T], tree_path [B, T, E])
+#   -> an object with .logits [B, T, V] and .hidden [B, T, H] | None (the base's draft forward)
+Feed = Callable[..., Any]
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def dynamic_tree_size(k: int, top_k: int) -> int:
+    """Nodes a dynamic tree's expansion makes: top_k at depth 1, then top_k^2 children per further depth."""
+    return top_k + (k - 1) * top_k * top_k
+
+
+def default_static_choices(k: int) -> tuple[tuple[int, ...], ...]:
+    """A small static tree of depth k: the top-1 chain, a runner-up branch off every chain node, the runner-up's
+    own top-1 chain at depth 1, and the third candidate at depth 1 (3k nodes for k >= 2)."""
+    paths = {(2,)}
+    for d in range(1, k + 1):
+        paths |= {(0,) * d, (0,) * (d - 1) + (1,), (1,) + (0,) * (d - 1)}
+    return tuple(sorted(paths, key=lambda p: (len(p), p)))
+
+
+@dataclass(frozen=True)
+class StaticTree:
+    """A static tree in topological order (by depth, then rank path): node i's parent, its rank among its
+    parent's candidates, its depth (1 = under the pending token), and per depth d < max the nodes with children."""
+
+    parents: tuple[int, ...]
+    ranks: tuple[int, ...]
+    depths: tuple[int, ...]
+    fed: tuple[tuple[int, ...], ...]  # fed[d - 1]: nodes at depth d that have children, in order
+
+    @property
+    def depth(self) -> int:
+        return max(self.depths)
+
+    @property
+    def width(self) -> int:
+        return max(self.ranks) + 1
+
+
+@lru_cache(maxsize=32)
+def static_tree(choices: tuple[tuple[int, ...], ...]) -> StaticTree:
+    paths = sorted(choices, key=lambda p: (len(p), p))
+    index = {p: i for i, p in enumerate(paths)}
+    parents = tuple(index[p[:-1]] if len(p) > 1 else -1 for p in paths)
+    has_children = {parents[i] for i in range(len(paths))}
+    depth = max(len(p) for p in paths)
+    fed = tuple(tuple(i for i, p in enumerate(paths) if len(p) == d and i in has_children) for d in range(1, depth))
+    return StaticTree(parents=parents, ranks=tuple(p[-1] for p in paths), depths=tuple(len(p) for p in paths), fed=fed)
+
+
+def resolve_choices(tree_choices: Any, k: int) -> tuple[tuple[int, ...], ...]:
+    return default_static_choices(k) if tree_choices is None else tuple(tuple(p) for p in tree_choices)
+
+
+def check_tree(name: str, drafting: str, tree: Any, top_k: Any, num_nodes: Any, tree_choices: Any, k: int) -> None:
+    """strategy.tree and its settings for a strategy that drafts by `drafting` (chain, parallel, lookup): a
+    ConfigError naming what was given and what is allowed."""
+    if tree not in TREES:
+        raise ConfigError(f"strategy.tree={tree!r} for strategy {name!r}; allowed: {', '.join(TREES)}")
+    if not _is_int(top_k) or top_k < 1:
+        raise ConfigError(f"strategy.top_k={top_k!r} for strategy {name!r}; allowed: an integer >= 1")
+    if tree in ("topk", "static") and drafting == "lookup":
+        raise ConfigError(f"strategy.tree={tree} for strategy {name!r}; allowed for strategies that draft with a "
+                          f"forward (draft_model, eagle, medusa, layer_skip)")
+    if tree == "dynamic":
+        if drafting != "chain":
+            raise ConfigError(f"strategy.tree=dynamic for strategy {name!r}; allowed for strategies that draft "
+                              f"one depth per forward (draft_model, eagle, layer_skip)")
+        most = dynamic_tree_size(k, top_k)
+        if not _is_int(num_nodes) or not 1 <= num_nodes <= most:
+            raise ConfigError(f"strategy.num_nodes={num_nodes!r} for strategy {name!r} with tree=dynamic, k={k}, "
+                              f"top_k={top_k}; allowed: an integer from 1 to {most} (the nodes the expansion makes: "
+                              f"top_k + (k - 1) * top_k^2)")
+    if tree_choices is not None and tree != "static":
+        raise ConfigError(f"strategy.tree_choices is set for strategy {name!r} with tree={tree}; allowed only with "
+                          f"tree=static")
+    if tree == "static":
+        _check_choices(name, tree_choices, k)
+
+
+def _check_choices(name: str, tree_choices: Any, k: int) -> None:
+    allowed = ("allowed: null (a default tree of depth k) or a list of rank paths such as [[0], [1], [0, 0], [0, 1]]: "
+               "node [r1, ..., rd] is the rank-rd candidate after node [r1, ..., rd-1]; every path's prefixes are "
+               "paths too; depth = k")
+    if tree_choices is None:
+        return
+    ok = isinstance(tree_choices, Sequence) and not isinstance(tree_choices, str) and len(tree_choices) > 0 and all(
+        isinstance(p, Sequence) and not isinstance(p, str) and len(p) > 0 and all(_is_int(r) and r >= 0 for r in p)
+        for p in tree_choices)
+    if not ok:
+        raise ConfigError(f"strategy.tree_choices={tree_choices!r} for strategy {name!r}; {allowed}")
+    paths = [tuple(p) for p in tree_choices]
+    if len(set(paths)) != len(paths):
+        raise ConfigError(f"strategy.tree_choices for strategy {name!r} repeats a path; {allowed}")
+    missing = sorted({p[:i] for p in paths for i in range(1, len(p))} - set(paths))
+    if missing:
+        raise ConfigError(f"strategy.tree_choices for strategy {name!r} lacks the prefixes {[list(p) for p in missing]}; "
+                          f"{allowed}")
+    depth = max(len(p) for p in paths)
+    if depth != k:
+        raise ConfigError(f"strategy.tree_choices for strategy {name!r} is {depth} deep but strategy.k={k}; {allowed}")
+
+
+@lru_cache(maxsize=64)
+def topk_parents(k: int, top_k: int, device: torch.device) -> torch.Tensor:
+    """[1, K * top_k] parents of a top-k tree in depth order: at depth i the chain node (index i * top_k) then its
+    top_k - 1 runners-up, all under the chain node of depth i - 1 (the pending token at depth 0)."""
+    return torch.tensor([[-1 if i < top_k else (i // top_k - 1) * top_k for i in range(k * top_k)]], device=device)
+
+
+def _frontier_forward(feed: Feed, tok: torch.Tensor, depth: int, hidden: torch.Tensor | None, path: torch.Tensor,
+                      lengths: torch.Tensor, offset: int, attn_len: int) -> tuple[Any, torch.Tensor]:
+    """Feed frontier tokens [B, W] at depth `depth` (position L-1+depth) into scratch slots L+offset.., each under
+    its ancestors' slots path [B, W, depth]; returns the forward and the frontier's own paths [B, W, depth+1]."""
+    bsz, w = tok.shape
+    slots = lengths + offset + torch.arange(w, device=tok.device)  # [B, W]
+    path = torch.cat([path, slots[..., None]], -1).contiguous()
+    out = feed(tok, (lengths - 1 + depth).expand(bsz, w), hidden, attn_len, slots=slots, tree_path=path)
+    return out, path
+
+
+def expand_dynamic(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: list[int], k: int, w: int,
+                   num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """EAGLE-2's dynamic tree from the catch-up forward `root` (logits [B, 1+, V] at the pending token; hidden for
+    hidden-state drafters). Returns (tokens, parents) [B, num_nodes], topological."""
+    bsz, dev = lengths.shape[0], lengths.device
+    attn_len = max(lengths_host) + (k - 1) * w
+    score, tok = torch.log_softmax(root.logits[:, -1].float(), -1).topk(w, -1)  # [B, w] depth 1
+    scores, toks, parents = [score], [tok], [torch.full_like(tok, -1)]
+    front = torch.arange(w, device=dev).expand(bsz, w)  # the frontier's node ids
+    path = (lengths - 1)[..., None].expand(bsz, w, 1)  # [B, w, 1]: the pending token's slot
+    hidden = None if root.hidden is None else root.hidden[:, -1:].expand(-1, w, -1)
+    made = w
+    for depth in range(1, k):
+        out, path = _frontier_forward(feed, tok, depth, hidden, path, lengths, (depth - 1) * w, attn_len)
+        child_score, child_tok = (score[..., None] + torch.log_softmax(out.logits.float(), -1)).topk(w, -1)
+        scores.append(child_score.flatten(1))  # [B, w * w], frontier-major
+        toks.append(child_tok.flatten(1))
+        parents.append(front[..., None].expand(-1, -1, w).flatten(1))
+        best = scores[-1].topk(w, -1).indices  # [B, w] the next frontier among the children
+        src = best // w  # the frontier column each one hangs under
+        score, tok, front = scores[-1].gather(1, best), toks[-1].gather(1, best), made + best
+        path = path.gather(1, src[..., None].expand(-1, -1, depth + 1))
+        if out.hidden is not None:
+            hidden = out.hidden.gather(1, src[..., None].expand(-1, -1, out.hidden.shape[-1]))
+        made += w * w
+    # rerank. A child scores at most its parent and is made after it, so a stable sort keeps each kept node's
+    # parent; kept in the order made, the tree stays topological
+    all_scores, all_toks, all_parents = torch.cat(scores, 1), torch.cat(toks, 1), torch.cat(parents, 1)
+    keep = torch.sort(-all_scores, dim=1, stable=True).indices[:, :num_nodes].sort(dim=1).values
+    index = torch.full_like(all_parents, -1).scatter_(1, keep, torch.arange(num_nodes, device=dev).expand(bsz, -1))
+    old = all_parents.gather(1, keep)
+    return all_toks.gather(1, keep), torch.where(old >= 0, index.gather(1, old.clamp(min=0)), -1)
+
+
+def expand_static(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: list[int],
+                  tree: StaticTree) -> torch.Tensor:
+    """A static tree from the catch-up forward `root`, one draft forward per depth over the nodes that have
+    children. Returns tokens [B, N] in the tree's order."""
+    bsz, dev, n = lengths.shape[0], lengths.device, len(tree.parents)
+    attn_len = max(lengths_host) + sum(len(f) for f in tree.fed)
+    tokens = torch.zeros((bsz, n), dtype=torch.long, device=dev)
+    ranked = root.logits[:, -1].topk(tree.width, -1).indices  # [B, width] the pending token's candidates
+    col = {}  # node -> its column in the forward that fed it
+    paths: dict[int, torch.Tensor] = {}  # node -> [B, depth + 1] slots of its ancestors and itself
+    outs: dict[int, Any] = {}  # node -> the forward that fed it
+    offset = 0
+    for d in range(1, tree.depth + 1):
+        for i in (i for i in range(n) if tree.depths[i] == d):  # this depth's tokens from their parents' candidates
+            p = tree.parents[i]
+            cand = ranked if p < 0 else outs[p].logits[:, col[p]].topk(tree.width, -1).indices
+            tokens[:, i] = cand[:, tree.ranks[i]]
+        if d == tree.depth:
+            break
+        fed = list(tree.fed[d - 1])
+        up = [tree.parents[i] for i in fed]
+        path = torch.stack([(lengths[:, 0] - 1)[:, None] if p < 0 else paths[p] for p in up], 1)  # [B, F, d]
+        hidden = None
+        if root.hidden is not None:
+            hidden = torch.stack([root.hidden[:, -1] if p < 0 else outs[p].hidden[:, col[p]] for p in up], 1)
+        out, path = _frontier_forward(feed, tokens[:, fed], d, hidden, path, lengths, offset, attn_len)
+        offset += len(fed)
+        for j, i in enumerate(fed):
+            col[i], paths[i], outs[i] = j, path[:, j], out
+    return tokens
+
+
+def parallel_static(logits: torch.Tensor, tree: StaticTree) -> torch.Tensor:
+    """Medusa's sparse tree from K heads' logits [B, K, V]: node (r1, ..., rd) is head d's rank-rd token."""
+    ranked = logits.topk(tree.width, -1).indices  # [B, K, width]
+    depth = torch.tensor(tree.depths, device=logits.device) - 1
+    rank = torch.tensor(tree.ranks, device=logits.device)
+    return ranked[:, depth, rank]  # [B, N]
