@@ -10,7 +10,7 @@ import torch
 from specbench_testing import hf_greedy, perturbed, ragged_prompts, tiny
 from specbench.engine import Engine
 from specbench.errors import ConfigError
-from specbench.models.runner import make_runner
+from specbench.models.runner import RunnerWrapper, TransformersRunner, make_runner
 from specbench.strategies.base import BuildContext
 from specbench.strategies.draft_model import DraftModelProposer
 from specbench.strategies.medusa import MedusaProposer
@@ -27,14 +27,17 @@ def pair():
     return target, perturbed(target, 0.5)
 
 
-def _run(target, draft, sp: SamplingParams, bsz: int, max_new: int = 12, **settings):
-    ctx = BuildContext(target=target, target_runner=make_runner(target.model), draft=draft, sampling=sp, device=CPU)
+def _run(target, draft, sp: SamplingParams, bsz: int, max_new: int = 12, backend: str = "auto", **settings):
+    ctx = BuildContext(target=target, target_runner=make_runner(target.model, backend), draft=draft, sampling=sp,
+                       device=CPU, backend=backend)
     proposer = DraftModelProposer(ctx, k=3, **settings)
     engine = Engine(ctx.target_runner, proposer, Verifier(sp, CPU), max_new_tokens=max_new, eos_ids=set(), device=CPU)
     prompts = ragged_prompts(V)[:4]
     rows = []
     for s in range(0, len(prompts), bsz):
         rows += engine.generate(prompts[s : s + bsz])[0]
+    if backend == "transformers":  # the fallback runner on both sides (the draft's under its vocabulary guard)
+        assert isinstance(engine.target, TransformersRunner) and isinstance(proposer.runner.runner, TransformersRunner)
     return prompts, rows
 
 
@@ -178,3 +181,61 @@ def test_a_dynamic_tree_under_fixed_catch_up_shapes_drafts_the_same_trees(pair):
         results.append([(r.output_ids, r.accepted_at) for r in rows])
     assert results[0] == results[1]
     assert sum(sum(a[1:]) for _, a in results[0]) > 10  # enough steps accepted past depth 1 to miss a token
+
+# --- trees on the transformers fallback runner (engine.backend=transformers) ---------------------------------
+
+
+@pytest.mark.parametrize("bsz", [1, 4])
+@pytest.mark.parametrize("settings", [dict(tree="topk", top_k=3), dict(tree="dynamic", top_k=2, num_nodes=5)],
+                         ids=["topk", "dynamic"])
+def test_trees_on_the_transformers_backend_are_lossless_at_t0(pair, bsz, settings):
+    """Target and draft both on TransformersRunner: the target verifies each tree through a custom 4-D mask and moves
+    the accepted path with move_kv; the dynamic tree's frontier forwards see their ancestors at the draft's scratch
+    slots. T = 0 output equals transformers' greedy decoding; the trees do accept drafts."""
+    target, draft = pair
+    prompts, rows = _run(target, draft, SamplingParams(), bsz, backend="transformers", **settings)
+    assert [r.output_ids for r in rows] == hf_greedy(target.model, prompts, 12)
+    nodes = 3 * settings["top_k"] if settings["tree"] == "topk" else settings["num_nodes"]
+    assert all(r.draft_tokens == nodes * r.drafts for r in rows)
+    assert sum(r.accepted_tokens for r in rows) > 0
+
+
+def test_a_self_draft_tree_on_the_transformers_backend_accepts_its_whole_chain_at_t1(pair):
+    target, _ = pair
+    _, rows = _run(target, target, SamplingParams(temperature=1.0, seed=3), 4, max_new=13, backend="transformers",
+                   tree="topk", top_k=2)
+    assert all(r.accepted_tokens == 3 * r.drafts for r in rows)
+
+
+@pytest.mark.parametrize("settings", [dict(tree="topk", top_k=3), dict(tree="dynamic", top_k=2, num_nodes=5)],
+                         ids=["topk", "dynamic"])
+def test_the_transformers_backend_drafts_and_verifies_as_our_decoder_does(pair, settings):
+    """Output equality alone misses small errors in the tree logits (an argmax seldom flips on a tiny model), so
+    step by step: the same trees drafted and the same verify logits (1e-4) on both backends, at a ragged batch."""
+
+    def record(backend: str):
+        ctx = BuildContext(target=pair[0], target_runner=make_runner(pair[0].model, backend), draft=pair[1],
+                           sampling=SamplingParams(), device=CPU, backend=backend)
+        proposer = DraftModelProposer(ctx, k=3, **settings)
+        drafts, logits = [], []
+        propose = proposer.propose
+        proposer.propose = lambda state: drafts.append(d := propose(state)) or d
+
+        class Spy(RunnerWrapper):
+            def __call__(self, *args, **kwargs):
+                out = self.runner(*args, **kwargs)
+                logits.append(out.logits)
+                return out
+
+        spy = Spy()
+        spy.runner = ctx.target_runner
+        engine = Engine(spy, proposer, Verifier(SamplingParams(), CPU), max_new_tokens=12, eos_ids=set(), device=CPU)
+        engine.generate(ragged_prompts(V)[:4])
+        return drafts, logits
+
+    (d_hf, l_hf), (d_ours, l_ours) = record("transformers"), record("native")
+    assert len(d_hf) == len(d_ours) and len(l_hf) == len(l_ours) == len(d_ours) + 1  # + the prefill
+    for a, b in zip(d_hf, d_ours):
+        assert torch.equal(a.tokens, b.tokens) and torch.equal(a.parents, b.parents)
+    for a, b in zip(l_hf, l_ours):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
