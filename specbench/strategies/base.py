@@ -4,7 +4,8 @@ The engine owns the committed tokens, the target model and acceptance; a propose
 engine's state into a draft per row (N tokens with a parent index each, and their probabilities q
 when it samples) and hears back how many were accepted. This base holds the loop: ingest the
 committed tokens the draft has not seen (catch-up), then K draft forwards (`drafting = "chain"`),
-one forward that drafts K at once (`"parallel"`), or none (`"lookup"`, model-free); pick each
+one forward that drafts K at once (`"parallel"`), or none (`"lookup"`, model-free: `lookup(state)`
+gives a chain of K tokens or a whole tree as a Draft); pick each
 token by argmax, or at T > 0 by sampling q through verify.logits_to_probs / sample_from; roll the
 draft's cache back to what the target accepted. A strategy supplies its draft forward (by default
 a causal LM runner, `self.runner`) and sets flags; each flag changes what the base or the engine
@@ -176,7 +177,8 @@ class Proposer(ABC):
     @property
     def nodes_per_step(self) -> int:
         """The most cache slots past a row's length one step writes: the draft nodes a verify forward holds besides
-        the pending token (K for a chain), or a dynamic tree's draft-side scratch if that is more."""
+        the pending token (K for a chain, at most K * top_k for tree=topk, a lookup's tree included), or a dynamic
+        tree's draft-side scratch if that is more."""
         if self.tree == "dynamic":
             return max(self.num_nodes, (self.k - 1) * self.top_k)
         return self.k * self.top_k if self.tree == "topk" else self.k
@@ -198,15 +200,13 @@ class Proposer(ABC):
 
     @classmethod
     def raise_if_bad_tree(cls, name: str, tree: Any, top_k: Any, num_nodes: Any = 0, k: int = 1) -> None:
-        """strategy.tree: chain; topk (the top-1 chain with its top_k - 1 runners-up at every depth as leaves); or
+        """strategy.tree: chain; topk (a forward drafter: the top-1 chain with its top_k - 1 runners-up at every
+        depth as leaves; a lookup drafter: up to top_k looked-up continuations as branches, in K * top_k nodes); or
         dynamic (EAGLE-2: expand the top_k likeliest nodes per depth, keep the num_nodes likeliest of all)."""
         if tree not in TREES:
             raise ConfigError(f"strategy.tree={tree!r} for strategy {name!r}; allowed: {', '.join(TREES)}")
         if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
             raise ConfigError(f"strategy.top_k={top_k!r} for strategy {name!r}; allowed: an integer >= 1")
-        if tree == "topk" and cls.drafting == "lookup":
-            raise ConfigError(f"strategy.tree=topk for strategy {name!r}; allowed for strategies that draft with a "
-                              f"forward (draft_model, eagle, medusa, layer_skip)")
         if tree == "dynamic":
             if cls.drafting != "chain":
                 raise ConfigError(f"strategy.tree=dynamic for strategy {name!r}; allowed for strategies that draft "
@@ -268,8 +268,10 @@ class Proposer(ABC):
         last = torch.full((tokens.shape[0], 1), t - 1, device=tokens.device) if t > 1 else None
         return DraftOutput(logits=self.runner(tokens, positions, attn_len=attn_len, logits_at=last).logits)
 
-    def lookup(self, state: DecodeState) -> torch.Tensor:
-        """drafting = "lookup": [B, K] draft tokens without a model."""
+    def lookup(self, state: DecodeState) -> torch.Tensor | Draft:
+        """drafting = "lookup": drafts without a model, either [B, K] tokens (a chain) or, with tree=topk, a Draft
+        (a tree of at most nodes_per_step nodes per row, at most K deep: the engine sizes caches and the accepted
+        path by them)."""
         raise NotImplementedError(f"{type(self).__name__} sets drafting='lookup' but has no lookup()")
 
     # -- the loop --------------------------------------------------------------------------------------------
@@ -299,7 +301,8 @@ class Proposer(ABC):
         bsz, k = state.batch_size, self.k
         self._keep_features(state)
         if self.drafting == "lookup":
-            return Draft(tokens=self.lookup(state))
+            drafted = self.lookup(state)
+            return drafted if isinstance(drafted, Draft) else Draft(tokens=drafted)
         attn_len = max(state.lengths_host) + k
         # 1) catch up: the last T committed tokens, T = the most any row has not seen (at least the pending one);
         #    rows that saw more re-feed tokens at their own positions, which rewrites identical cache entries
