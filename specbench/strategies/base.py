@@ -4,7 +4,8 @@ The engine owns the committed tokens, the target model and acceptance; a propose
 engine's state into a draft per row (N tokens with a parent index each, and their probabilities q
 when it samples) and hears back how many were accepted. This base holds the loop: ingest the
 committed tokens the draft has not seen (catch-up), then K draft forwards (`drafting = "chain"`),
-one forward that drafts K at once (`"parallel"`), or none (`"lookup"`, model-free); pick each
+one forward that drafts K at once (`"parallel"`), or none (`"lookup"`, model-free: `lookup(state)`
+gives a chain of K tokens or a whole tree as a Draft); pick each
 token by argmax, or at T > 0 by sampling q through verify.logits_to_probs / sample_from; roll the
 draft's cache back to what the target accepted. A strategy supplies its draft forward (by default
 a causal LM runner, `self.runner`) and sets flags; each flag changes what the base or the engine
@@ -166,7 +167,8 @@ class Proposer(ABC):
     @property
     def nodes_per_step(self) -> int:
         """The most cache slots past a row's length one step writes: the draft nodes a verify forward holds besides
-        the pending token (K for a chain), or a dynamic tree's draft-side scratch if that is more."""
+        the pending token (K for a chain, at most K * top_k for tree=topk, a lookup's tree included), or a dynamic
+        tree's draft-side scratch if that is more."""
         if self.tree == "dynamic":
             return max(self.num_nodes, (self.k - 1) * self.top_k)
         if self.static_tree is not None:
@@ -246,8 +248,10 @@ class Proposer(ABC):
         last = torch.full((tokens.shape[0], 1), t - 1, device=tokens.device) if t > 1 else None
         return DraftOutput(logits=self.runner(tokens, positions, attn_len=attn_len, logits_at=last).logits)
 
-    def lookup(self, state: DecodeState) -> torch.Tensor:
-        """drafting = "lookup": [B, K] draft tokens without a model."""
+    def lookup(self, state: DecodeState) -> torch.Tensor | Draft:
+        """drafting = "lookup": drafts without a model, either [B, K] tokens (a chain) or, with tree=topk, a Draft
+        (a tree of at most nodes_per_step nodes per row, at most K deep: the engine sizes caches and the accepted
+        path by them)."""
         raise NotImplementedError(f"{type(self).__name__} sets drafting='lookup' but has no lookup()")
 
     # -- the loop --------------------------------------------------------------------------------------------
@@ -277,7 +281,8 @@ class Proposer(ABC):
         bsz, k = state.batch_size, self.k
         self._keep_features(state)
         if self.drafting == "lookup":
-            return Draft(tokens=self.lookup(state))
+            drafted = self.lookup(state)
+            return drafted if isinstance(drafted, Draft) else Draft(tokens=drafted)
         attn_len = max(state.lengths_host) + k
         # 1) catch up: the last T committed tokens, T = the most any row has not seen (at least the pending one);
         #    rows that saw more re-feed tokens at their own positions, which rewrites identical cache entries

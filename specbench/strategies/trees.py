@@ -5,7 +5,7 @@
 | tree | nodes per step | what it drafts |
 | --- | --- | --- |
 | chain | k | the top-1 (or, at T > 0, sampled) token at each depth |
-| topk | k * top_k | the chain, plus its top_k - 1 runners-up at every depth as leaves |
+| topk | k * top_k | the chain, plus its top_k - 1 runners-up at every depth as leaves (a lookup strategy: up to top_k looked-up continuations as branches) |
 | static | len(tree_choices) | a fixed tree (EAGLE-1's; Medusa's sparse tree): node (r1, ..., rd) is the rank-rd token after node (r1, ..., rd-1) |
 | dynamic | num_nodes | EAGLE-2 (arXiv 2406.16858): per depth, expand the top_k nodes of highest cumulative draft log-probability into their top_k children; keep the num_nodes likeliest of all nodes made |
 
@@ -97,9 +97,10 @@ def check_tree(name: str, drafting: str, tree: Any, top_k: Any, num_nodes: Any, 
         raise ConfigError(f"strategy.tree={tree!r} for strategy {name!r}; allowed: {', '.join(TREES)}")
     if not _is_int(top_k) or top_k < 1:
         raise ConfigError(f"strategy.top_k={top_k!r} for strategy {name!r}; allowed: an integer >= 1")
-    if tree in ("topk", "static") and drafting == "lookup":
-        raise ConfigError(f"strategy.tree={tree} for strategy {name!r}; allowed for strategies that draft with a "
-                          f"forward (draft_model, eagle, medusa, layer_skip)")
+    if tree == "static" and drafting == "lookup":
+        raise ConfigError(f"strategy.tree=static for strategy {name!r}; allowed for strategies that draft with a "
+                          f"forward (draft_model, eagle, medusa, layer_skip); a lookup strategy drafts branches with "
+                          f"tree=topk")
     if tree == "dynamic":
         if drafting != "chain":
             raise ConfigError(f"strategy.tree=dynamic for strategy {name!r}; allowed for strategies that draft "

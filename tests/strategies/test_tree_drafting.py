@@ -15,6 +15,7 @@ from specbench.strategies.base import BuildContext
 from specbench.strategies.draft_model import DraftModelProposer
 from specbench.strategies.medusa import MedusaProposer
 from specbench.strategies.ngram import NgramProposer
+from specbench.strategies.none import TargetOnly
 from specbench.verify import SamplingParams, Verifier
 
 CPU = torch.device("cpu")
@@ -64,8 +65,12 @@ def test_tree_settings_are_checked():
         DraftModelProposer.raise_if_bad_tree("draft_model", "bush", 2)
     with pytest.raises(ConfigError, match="strategy.top_k=0"):
         DraftModelProposer.raise_if_bad_tree("draft_model", "topk", 0)
-    with pytest.raises(ConfigError, match="tree=topk for strategy 'ngram'"):
-        NgramProposer.raise_if_bad_tree("ngram", "topk", 2)
+    NgramProposer.raise_if_bad_tree("ngram", "topk", 2)  # a lookup drafts its own tree (ngram: several matches)
+    with pytest.raises(ConfigError, match="tree=dynamic for strategy 'ngram'"):
+        NgramProposer.raise_if_bad_tree("ngram", "dynamic", 2, 4, 3)
+    TargetOnly.validate({"name": "none", "k": 0, "tree": "topk", "top_k": 3})  # ignored, like k: it drafts nothing
+    with pytest.raises(ConfigError, match="tree=dynamic for strategy 'none'"):  # refused before any model loads
+        TargetOnly.validate({"name": "none", "k": 0, "tree": "dynamic", "top_k": 2, "num_nodes": 3})
     MedusaProposer.raise_if_bad_tree("medusa", "topk", 2)
     with pytest.raises(ConfigError, match=r"strategy.num_nodes=0 .* from 1 to 10"):
         DraftModelProposer.raise_if_bad_tree("draft_model", "dynamic", 2, 0, 3)

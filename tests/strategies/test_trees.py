@@ -45,6 +45,7 @@ def test_tree_settings_are_refused_where_they_do_not_apply():
         trees.check_tree("eagle", "chain", "dynamic", 2, 2, [[0]], 1)
     with pytest.raises(ConfigError, match="tree=static for strategy 'ngram'"):
         trees.check_tree("ngram", "lookup", "static", 1, 0, None, 3)
+    trees.check_tree("ngram", "lookup", "topk", 3, 0, None, 3)  # branches of several matches
     trees.check_tree("medusa", "parallel", "static", 1, 0, [[0], [1], [0, 0]], 2)
 
 
