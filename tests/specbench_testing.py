@@ -158,3 +158,30 @@ def local_model_dir(path, weights: bool = True, **config_overrides):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(path)
     return path
+
+
+# -- trees given as parent lists (node i under node parents[i]; -1 = the pending token) ----------------------------
+
+
+def tree_ancestors(parents: list[int]) -> torch.Tensor:
+    """[T, T] bool over [pending, node 0..N-1]: column u is an ancestor of (or is) row t."""
+    n = len(parents)
+    m = torch.zeros(n + 1, n + 1, dtype=torch.bool)
+    for t in range(n + 1):
+        u = t
+        while True:
+            m[t, u] = True
+            if u == 0:
+                break
+            u = parents[u - 1] + 1
+    return m
+
+
+def tree_depth(parents: list[int], i: int) -> int:
+    """Node i's depth (1 under the pending token; -1, the pending token itself, is 0)."""
+    return 0 if i < 0 else 1 + tree_depth(parents, parents[i])
+
+
+def tree_path_nodes(parents: list[int], i: int) -> list[int]:
+    """The nodes from the pending token's child down to node i."""
+    return [] if i < 0 else tree_path_nodes(parents, parents[i]) + [i]

@@ -15,34 +15,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from specbench_testing import tiny
+from specbench_testing import tiny, tree_ancestors, tree_depth, tree_path_nodes
 from specbench.errors import ConfigError
 from specbench.models.runner import TransformersRunner, _raise_if_no_custom_masks
 
 PARENTS = [-1, -1, 0, 0, 1, 3]  # node i under node PARENTS[i] (-1: the pending token)
 V = 101
-
-
-def _ancestors(parents: list[int]) -> torch.Tensor:
-    """[T, T] bool over [pending, node 0..N-1]: column u is an ancestor of (or is) row t."""
-    n = len(parents)
-    m = torch.zeros(n + 1, n + 1, dtype=torch.bool)
-    for t in range(n + 1):
-        u = t
-        while True:
-            m[t, u] = True
-            if u == 0:
-                break
-            u = parents[u - 1] + 1
-    return m
-
-
-def _depth(parents: list[int], i: int) -> int:
-    return 0 if i < 0 else 1 + _depth(parents, parents[i])
-
-
-def _path(parents: list[int], i: int) -> list[int]:
-    return [] if i < 0 else _path(parents, parents[i]) + [i]
 
 
 def _hf(model, ids: list[int]):
@@ -99,17 +77,17 @@ def _check_tree_then_move(model, lengths=(5, 8), s=29):
     _prefill(runner, prompts, upto=1)  # each row holds its prompt but the last (pending) token
     lengths_t = torch.tensor(lengths)  # L: the pending token sits at L-1
     tokens = torch.cat([torch.tensor([[p[-1]] for p in prompts]), nodes], 1)  # [B, 1+N]
-    depth = torch.tensor([0] + [_depth(PARENTS, i) for i in range(n)])
+    depth = torch.tensor([0] + [tree_depth(PARENTS, i) for i in range(n)])
     positions = lengths_t[:, None] - 1 + depth[None]  # RoPE positions: L-1 + depth
     slots = lengths_t[:, None] - 1 + torch.arange(n + 1)[None]  # distinct slots: L-1 + column
-    mask = _ancestors(PARENTS).expand(bsz, -1, -1)
+    mask = tree_ancestors(PARENTS).expand(bsz, -1, -1)
     out = runner(tokens, positions, attn_len=max(lengths) + n, slots=slots, tree_mask=mask, want_hidden=True,
                  hidden_layers=(0,))
     assert out.logits.shape == (bsz, n + 1, V) and out.hidden.shape[:2] == (bsz, n + 1)
 
     for b, p in enumerate(prompts):
         for i in range(-1, n):  # the pending token, then each node
-            chain = p + [int(nodes[b, j]) for j in _path(PARENTS, i)]
+            chain = p + [int(nodes[b, j]) for j in tree_path_nodes(PARENTS, i)]
             logits, hidden, layer0 = _hf(model, chain)
             torch.testing.assert_close(out.logits[b, i + 1], logits, atol=1e-4, rtol=1e-4)
             torch.testing.assert_close(out.hidden[b, i + 1], hidden, atol=1e-4, rtol=1e-4)

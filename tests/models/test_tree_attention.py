@@ -9,32 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from specbench_testing import tiny
+from specbench_testing import tiny, tree_ancestors, tree_depth, tree_path_nodes
 from specbench.models.decoder import DecoderRunner
 
 PARENTS = [-1, -1, 0, 0, 1, 3]  # node i under node PARENTS[i] (-1: the pending token)
-
-
-def _ancestors(parents: list[int]) -> torch.Tensor:
-    """[T, T] bool over [pending, node 0..N-1]: column u is an ancestor of (or is) row t."""
-    n = len(parents)
-    m = torch.zeros(n + 1, n + 1, dtype=torch.bool)
-    for t in range(n + 1):
-        u = t
-        while True:
-            m[t, u] = True
-            if u == 0:
-                break
-            u = parents[u - 1] + 1
-    return m
-
-
-def _depth(parents: list[int], i: int) -> int:
-    return 0 if i < 0 else 1 + _depth(parents, parents[i])
-
-
-def _path(parents: list[int], i: int) -> list[int]:
-    return [] if i < 0 else _path(parents, parents[i]) + [i]
 
 
 def test_each_tree_node_gets_its_root_paths_logits_and_move_kv_continues_the_chain():
@@ -53,15 +31,15 @@ def test_each_tree_node_gets_its_root_paths_logits_and_move_kv_continues_the_cha
         tree.v_cache[:, b] = one.v_cache[:, 0]
     lengths = torch.tensor([len(p) for p in prompts])  # L: the pending token sits at L-1
     tokens = torch.cat([torch.tensor([[p[-1]] for p in prompts]), nodes], 1)  # [B, 1+N]
-    depth = torch.tensor([0] + [_depth(PARENTS, i) for i in range(n)])
+    depth = torch.tensor([0] + [tree_depth(PARENTS, i) for i in range(n)])
     positions = lengths[:, None] - 1 + depth[None]  # RoPE positions: L-1 + depth
     slots = lengths[:, None] - 1 + torch.arange(n + 1)[None]  # distinct cache slots: L-1 + column
-    mask = _ancestors(PARENTS).expand(bsz, -1, -1)
+    mask = tree_ancestors(PARENTS).expand(bsz, -1, -1)
     out = tree(tokens, positions, attn_len=s, slots=slots, tree_mask=mask).logits  # [B, 1+N, V]
 
     for b, p in enumerate(prompts):
         for i in range(-1, n):  # the pending token, then each node
-            chain = [p[-1]] + [int(nodes[b, j]) for j in _path(PARENTS, i)]
+            chain = [p[-1]] + [int(nodes[b, j]) for j in tree_path_nodes(PARENTS, i)]
             ref = DecoderRunner(model.model)
             ref.allocate(1, s)
             ref(torch.tensor([p[:-1]]), torch.arange(len(p) - 1)[None])
