@@ -42,12 +42,12 @@ from pathlib import Path
 from typing import Any
 
 COLUMNS = ("job", "strategy", "settings", "k", "temperature", "top_k", "top_p", "target", "draft", "dataset",
-           "n_prompts", "batch_size", "acceptance_length", "acceptance_rate", "tpot_baseline_ms", "tpot_strategy_ms",
-           "speedup", "exact_match", "per_position_acceptance", "tpot_baseline_ms_median", "tpot_strategy_ms_median",
+           "n_prompts", "batch_size", "nodes_per_step", "acceptance_length", "al_per_verified_token", "acceptance_rate",
+           "tpot_baseline_ms", "tpot_strategy_ms", "speedup", "exact_match", "per_position_acceptance", "verify_ms_per_step", "tpot_baseline_ms_median", "tpot_strategy_ms_median",
            "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens")
 # shown in report.md only when they differ between jobs (always in report.csv)
-_COLLAPSIBLE = ("top_k", "top_p", "batch_size")
-_CSV_ONLY = ("per_position_acceptance", "tpot_baseline_ms_median", "tpot_strategy_ms_median", "tpot_strategy_ms_p90",
+_COLLAPSIBLE = ("top_k", "top_p", "batch_size", "nodes_per_step", "al_per_verified_token")  # the last two: trees
+_CSV_ONLY = ("per_position_acceptance", "verify_ms_per_step", "tpot_baseline_ms_median", "tpot_strategy_ms_median", "tpot_strategy_ms_p90",
              "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens")
 # strategy settings that are not the strategy's own options
 _NOT_SETTINGS = ("_target_", "name", "k")
@@ -243,13 +243,16 @@ def job_row(results: Mapping[str, Any], label: str) -> dict[str, Any]:
         "dataset": run.get("dataset"),
         "n_prompts": run.get("n_prompts"),
         "batch_size": run.get("batch_size"),
+        "nodes_per_step": _get(results, "strategy", "nodes_per_step"),
         "acceptance_length": _get(results, "strategy", "acceptance_length"),
+        "al_per_verified_token": _get(results, "strategy", "al_per_verified_token"),
         "acceptance_rate": _get(results, "strategy", "acceptance_rate"),
         "tpot_baseline_ms": _get(results, "baseline", "tpot_ms", "mean"),
         "tpot_strategy_ms": _get(results, "strategy", "tpot_ms", "mean"),
         "speedup": _get(results, "speedup", "speedup"),
         "exact_match": f"{em['equal']}/{em['n']}" if isinstance(em, Mapping) and "equal" in em else None,
         "per_position_acceptance": " ".join(f"{a:.3f}" for a in per_pos if isinstance(a, (int, float))),
+        "verify_ms_per_step": _get(results, "strategy", "verify_ms_per_step"),
         "tpot_baseline_ms_median": _get(results, "baseline", "tpot_ms", "median"),
         "tpot_strategy_ms_median": _get(results, "strategy", "tpot_ms", "median"),
         "tpot_strategy_ms_p90": _get(results, "strategy", "tpot_ms", "p90"),

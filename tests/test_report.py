@@ -177,3 +177,27 @@ def test_a_sweep_whose_jobs_cannot_be_derived_says_so(tmp_path):
     (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"sweeper": {"_target_": "hydra_plugins.optuna.OptunaSweeper"}}}))
     files = build_report([sweep])
     assert not files.collected.never_started and "only the basic sweeper's job list is derived" in files.text
+
+
+def test_tree_columns_show_when_the_tree_differs(tmp_path):
+    """nodes_per_step and AL per verified token are report.md columns only where jobs differ in them (a sweep of
+    tree settings); report.csv always holds them, and verify ms per step."""
+    root = tmp_path / "trees"
+    for i, (nodes, al, verify_ms) in enumerate([(3, 1.6, 45.0), (8, 2.0, 85.0), (16, 2.1, 95.0)]):
+        r = fake_results("eagle", 3, 0.0, al, 1.0)
+        r["strategy"].update(nodes_per_step=float(nodes), al_per_verified_token=al / (nodes + 1),
+                             verify_ms_per_step=verify_ms)
+        job = root / f"{i}_job"
+        (job / ".hydra").mkdir(parents=True)
+        (job / "results.json").write_text(json.dumps(r))
+    assert main([str(root), "--out", str(tmp_path / "out")]) == 0
+    header = (tmp_path / "out" / "report.md").read_text().split("\n\n")[1].splitlines()[0]
+    assert "nodes_per_step" in header and "al_per_verified_token" in header and "verify_ms_per_step" not in header
+    with open(tmp_path / "out" / "report.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["nodes_per_step"], r["verify_ms_per_step"]) for r in rows] == [("3.0", "45.0"), ("8.0", "85.0"), ("16.0", "95.0")]
+
+    chain = tmp_path / "chain"
+    _fake_sweep(chain)  # results without tree metrics (older runs): no tree columns
+    assert main([str(chain), "--out", str(tmp_path / "out2")]) == 0
+    assert "nodes_per_step" not in (tmp_path / "out2" / "report.md").read_text().split("\n\n")[1]
