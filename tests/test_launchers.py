@@ -30,7 +30,7 @@ COMMON = ["target=tiny-llama", "strategy=draft_model", "draft=self", "dataset=bu
           "max_new_tokens=6", "logger=none", "engine.warmup=false", "engine.device=cpu"]
 GRID = ["strategy.k=1,2", "sampling.temperature=0,1"]
 TIMING = ("tpot_baseline_ms", "tpot_strategy_ms", "speedup", "tpot_baseline_ms_median", "tpot_strategy_ms_median",
-          "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90")
+          "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90", "verify_ms_per_step")
 HOLDS = re.compile(r"^\[([\d\- :,]+)\]\[specbench\]\[INFO\] - specbench: this job \(pid (\d+)\) holds GPU (\S+) ")
 RELEASED = re.compile(r"^\[([\d\- :,]+)\]\[specbench\]\[INFO\] - specbench: GPU (\S+) released")
 
