@@ -185,3 +185,8 @@ def tree_depth(parents: list[int], i: int) -> int:
 def tree_path_nodes(parents: list[int], i: int) -> list[int]:
     """The nodes from the pending token's child down to node i."""
     return [] if i < 0 else tree_path_nodes(parents, parents[i]) + [i]
+
+
+def tree_columns(parents: list[int]) -> list[list[int]]:
+    """Per column of [pending, node 0..N-1], the columns of its root path: [0, ..., itself]."""
+    return [[0] + [j + 1 for j in tree_path_nodes(parents, col - 1)] for col in range(len(parents) + 1)]

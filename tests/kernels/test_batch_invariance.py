@@ -13,6 +13,7 @@ pytest.importorskip("triton")
 pytestmark = pytest.mark.gpu  # part of the GPU suite: compiled and exact there, interpreted here
 
 from kernel_env import DEVICE, DTYPE, kernels  # noqa: E402
+from specbench_testing import tree_ancestors, tree_columns  # noqa: E402
 
 decode, skinny_gemm = kernels("decode", "skinny_gemm")
 
@@ -90,31 +91,27 @@ def test_the_tuned_invariant_config_launches_at_every_tile_height(monkeypatch):
 TREE_PARENTS = [-1, -1, 0, 0, 1, 3]
 
 
-def _tree(parents: list[int]) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
-    """(ancestor mask [T, T] over [pending, nodes], depth [T], root path per column as column indices)."""
-    t = len(parents) + 1
-    paths = [[0]]
-    for p in parents:
-        paths.append(paths[p + 1] + [len(paths)])
-    mask = torch.zeros(t, t, dtype=torch.bool)
-    for col, path in enumerate(paths):
-        mask[col, path] = True
-    return mask, torch.tensor([len(p) - 1 for p in paths]), paths
+def _tree_attention_case(seed: int, base: list[int]):
+    """TREE_PARENTS's tree in 2 rows whose pending tokens sit at `base`, nodes at the slots after them; G = 3.
+    Returns (q, k cache, v cache, positions [2, T], ancestor paths [2, T, T], root path columns per column)."""
+    g = _g(seed)
+    bsz, hq, hkv, d, slots = 2, 6, 2, 16, 300
+    columns = tree_columns(TREE_PARENTS)
+    t = len(columns)
+    rows = torch.tensor(base)
+    positions = (rows[:, None] + torch.tensor([len(c) - 1 for c in columns])[None]).to(DEVICE).contiguous()
+    slot_ids = (rows[:, None] + torch.arange(t)).to(DEVICE)
+    path = decode.tree_paths(tree_ancestors(TREE_PARENTS).expand(bsz, t, t).to(DEVICE), slot_ids)
+    q = torch.randn(bsz, t, hq, d, generator=g).to(DEVICE, DTYPE)
+    kc = torch.randn(bsz, hkv, slots, d, generator=g).to(DEVICE, DTYPE)
+    vc = torch.randn(bsz, hkv, slots, d, generator=g).to(DEVICE, DTYPE)
+    return q, kc, vc, positions, path, columns
 
 
 @pytest.mark.parametrize("invariant", [True, False])
 def test_tree_attention_matches_reference(invariant):
-    g = _g(4)
-    bsz, hq, hkv, d, slots = 2, 6, 2, 16, 300  # G = 3
-    mask, depth, _ = _tree(TREE_PARENTS)
-    t = mask.shape[0]
-    base = torch.tensor([9, 125])  # row 1's tree straddles the 128-slot split boundary
-    positions = (base[:, None] + depth[None]).to(DEVICE).contiguous()
-    slot_ids = (base[:, None] + torch.arange(t)).to(DEVICE)
-    path = decode.tree_paths(mask.expand(bsz, t, t).to(DEVICE), slot_ids)
-    q = torch.randn(bsz, t, hq, d, generator=g).to(DEVICE, DTYPE)
-    kc = torch.randn(bsz, hkv, slots, d, generator=g).to(DEVICE, DTYPE)
-    vc = torch.randn(bsz, hkv, slots, d, generator=g).to(DEVICE, DTYPE)
+    q, kc, vc, positions, path, _ = _tree_attention_case(4, [9, 125])  # row 1 straddles the 128-slot split boundary
+    d = q.shape[-1]
     out = decode.decode_attention(q, kc, vc, positions, d**-0.5, block_n=32, invariant=invariant, path=path)
     ref = decode.decode_attention_ref(q, kc, vc, positions, d**-0.5, path=path)
     torch.testing.assert_close(out, ref, atol=1e-2, rtol=1e-2)
@@ -123,17 +120,9 @@ def test_tree_attention_matches_reference(invariant):
 def test_tree_node_attention_is_its_chains_bit_for_bit():
     """Each node of a tree, attended in one launch, equals the same query over its root path laid out as a chain
     (its ancestors' keys copied to consecutive slots) computed alone: the batch-invariant contract, for trees."""
-    g = _g(5)
-    bsz, hq, hkv, d, slots = 2, 6, 2, 16, 300
-    mask, depth, paths = _tree(TREE_PARENTS)
-    t = mask.shape[0]
     base = torch.tensor([40, 124])
-    positions = (base[:, None] + depth[None]).to(DEVICE).contiguous()
-    slot_ids = (base[:, None] + torch.arange(t)).to(DEVICE)
-    path = decode.tree_paths(mask.expand(bsz, t, t).to(DEVICE), slot_ids)
-    q = torch.randn(bsz, t, hq, d, generator=g).to(DEVICE, DTYPE)
-    kc = torch.randn(bsz, hkv, slots, d, generator=g).to(DEVICE, DTYPE)
-    vc = torch.randn(bsz, hkv, slots, d, generator=g).to(DEVICE, DTYPE)
+    q, kc, vc, positions, path, paths = _tree_attention_case(5, base.tolist())
+    bsz, d = q.shape[0], q.shape[-1]
     out = decode.decode_attention(q, kc, vc, positions, d**-0.5, block_n=32, invariant=True, path=path)
     for b in range(bsz):
         for col, cols in enumerate(paths):

@@ -12,6 +12,7 @@ pytestmark = pytest.mark.gpu  # part of the GPU suite: compiled and exact there,
 
 from kernel_env import COMPILED as _COMPILED  # noqa: E402
 from kernel_env import DEVICE, kernels  # noqa: E402
+from specbench_testing import tree_ancestors, tree_path_nodes  # noqa: E402
 
 (decode,) = kernels("decode")
 
@@ -126,13 +127,9 @@ def test_decoder_kernel_tree_forward(arch):
     m = load_model(resolve_spec({"name": arch}, "target"), "cpu", torch.float32)
     m.model.to(DEVICE)
     parents = [-1, -1, 0, 0, 1, 3]
-    paths = [[]]
-    for p in parents:
-        paths.append(paths[p + 1] + [len(paths) - 1])
+    paths = [tree_path_nodes(parents, col - 1) for col in range(len(parents) + 1)]  # the nodes under the pending one
     t = len(parents) + 1
-    mask = torch.zeros(t, t, dtype=torch.bool)
-    for col, path in enumerate(paths):
-        mask[col, [0] + [j + 1 for j in path]] = True
+    mask = tree_ancestors(parents)
     g = _g(7)
     prompts = [torch.randint(0, 101, (n,), generator=g).tolist() for n in (5, 9)]
     nodes = torch.randint(0, 101, (2, len(parents)), generator=g)
