@@ -71,17 +71,19 @@ def summarize(per_prompt: Sequence[dict[str, Any]], timings: Sequence[BatchTimin
     k = max((len(m["per_position_acceptance"]) for m in per_prompt), default=0)
     per_pos = [sum(m["per_position_acceptance"][i] * m["drafts"] for m in per_prompt if m["drafts"]) / drafts
                for i in range(k)] if drafts else []
+    al = 1 + accepted / drafts if drafts else 1.0
+    nodes = draft_tokens / drafts if drafts else 0.0
     out: dict[str, Any] = {
         "n_prompts": len(per_prompt),
         "output_tokens": sum(m["output_tokens"] for m in per_prompt),
         "drafts": drafts,
         "draft_tokens": draft_tokens,
         "accepted_tokens": accepted,
-        "acceptance_length": 1 + accepted / drafts if drafts else 1.0,
+        "acceptance_length": al,
         "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
-        "nodes_per_step": draft_tokens / drafts if drafts else 0.0,  # draft tokens verified per step (K for a chain)
+        "nodes_per_step": nodes,  # draft tokens verified per step (K for a chain)
         # tokens emitted per token the verify forward processes (the pending one included): 1.0 target-only
-        "al_per_verified_token": (1 + accepted / drafts) / (1 + draft_tokens / drafts) if drafts else 1.0,
+        "al_per_verified_token": al / (1 + nodes),
         "per_position_acceptance": per_pos,
         "acceptance_length_per_prompt": spread([m["acceptance_length"] for m in per_prompt]),
         "itl_ms": spread([g for m in per_prompt for g in m["itl_ms"]]),
