@@ -12,4 +12,8 @@ timeout 200 python3 -m specbench $common strategy.k=3 hydra.run.dir="$out/chain-
 # top-4 tree of depth 4: 16 nodes + the pending token in one verify forward; and a top-2 tree of depth 3 (6 nodes)
 timeout 200 python3 -m specbench -m $common baseline=false strategy.tree=topk strategy.k=4,3 strategy.top_k=4,2 \
   hydra.sweep.dir="$out/trees" > "$out/trees.txt" 2>&1
-grep -h -E "^\| (metric|acceptance length|nodes verified|AL / verified|verify ms|TPOT ms)|speedup \(" "$out"/chain-k3.txt "$out"/trees.txt
+# EAGLE-2 style dynamic trees, depth 4, top-4 expansion, verify budgets of 8 and 16 nodes (the draft's frontier
+# forwards go through the draft's graphs too)
+timeout 200 python3 -m specbench -m $common baseline=false strategy.tree=dynamic strategy.k=4 strategy.top_k=4 \
+  strategy.num_nodes=8,16 hydra.sweep.dir="$out/dynamic" > "$out/dynamic.txt" 2>&1
+grep -h -E "^\| (metric|acceptance length|nodes verified|AL / verified|verify ms|TPOT ms)|speedup \(" "$out"/chain-k3.txt "$out"/trees.txt "$out"/dynamic.txt

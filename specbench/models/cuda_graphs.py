@@ -1,11 +1,16 @@
 """CUDA graphs for the decoder's small forwards: the target's verify (T = k+1) and the drafter's steps.
 
 `GraphedRunner` wraps a DecoderRunner with the same interface (allocate, forward/__call__,
-vocab_size, device, dtype, max_len). A forward of T <= `max_graph_tokens` new tokens is replayed
-from a graph captured once per key (batch bucket, T, logits_at columns, want_hidden,
-hidden_layers): inputs are copied into static buffers (rows past the batch padded to the bucket
-and pointed at a scratch slot), and the outputs are views of the graph's static outputs, valid
-until the next call with the same key. Larger forwards (prefill) run eagerly.
+vocab_size, device, dtype, max_len). A forward of T <= `max_graph_tokens` new tokens (a tree: T <=
+`max_tree_tokens`) is replayed from a graph captured once per key (batch bucket, T, logits_at
+columns, want_hidden, hidden_layers, and for a tree whether it comes as a mask or as ancestor paths
+of width E): inputs are copied into static buffers (rows past the batch padded to the bucket and
+pointed at a scratch slot), and the outputs are views of the graph's static outputs, valid until
+the next call with the same key. Larger forwards (prefill) run eagerly.
+
+Trees (a verify over N draft nodes, a dynamic tree's frontier forward) are graphed like chains: their
+cache slots and their tree (mask [B, T, T] or path [B, T, E]) are static inputs too, and the mask is
+turned into paths inside the graph (decode_ref.tree_paths: device ops of fixed shape).
 
 Static shapes: the cache is allocated once for the largest bucket and slot count seen (it only
 grows; growing drops the graphs), attention reads each row's valid slots from the positions on the
@@ -27,6 +32,7 @@ from specbench.models.decoder import DECODE_KERNEL_MAX_T, DecoderRunner, Forward
 from specbench.models.runner import Runner, RunnerWrapper
 
 BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256)
+MAX_TREE_TOKENS = 64  # trees of up to this many tokens per row (pending token included) replay graphs
 SLOT_ROUND = 128  # cache slots are allocated in multiples of this (+1 scratch slot), so batches reuse graphs
 
 
@@ -50,6 +56,8 @@ class _Graph:
     tokens: torch.Tensor
     positions: torch.Tensor
     logits_at: torch.Tensor | None
+    slots: torch.Tensor | None = None  # trees: [bb, T] cache slots
+    tree: torch.Tensor | None = None  # trees: mask [bb, T, T] bool or path [bb, T, E] int64
     graph: Any = None  # torch.cuda.CUDAGraph when captured
     out: ForwardOutput | None = None
     replays: int = 0
@@ -60,10 +68,11 @@ class GraphedRunner(RunnerWrapper):
     """A DecoderRunner whose small forwards replay CUDA graphs (see the module docstring)."""
 
     def __init__(self, runner: DecoderRunner, capture: bool | None = None, max_graph_tokens: int = DECODE_KERNEL_MAX_T,
-                 buckets: tuple[int, ...] = BATCH_BUCKETS) -> None:
+                 buckets: tuple[int, ...] = BATCH_BUCKETS, max_tree_tokens: int = MAX_TREE_TOKENS) -> None:
         self.runner = runner
         self.capture = runner.device.type == "cuda" if capture is None else capture
         self.max_graph_tokens = max_graph_tokens
+        self.max_tree_tokens = max_tree_tokens
         self.buckets = buckets
         self.graphs: dict[tuple, _Graph] = {}
         self.pool = None
@@ -110,14 +119,14 @@ class GraphedRunner(RunnerWrapper):
                 hidden_layers: tuple[int, ...] = (), slots: torch.Tensor | None = None,
                 tree_mask: torch.Tensor | None = None, tree_path: torch.Tensor | None = None) -> ForwardOutput:
         bsz, t = tokens.shape
-        if tree_mask is not None or tree_path is not None:  # trees run eagerly for now (no graphs per (batch, N) yet)
+        tree = tree_mask if tree_mask is not None else tree_path
+        limit = self.max_graph_tokens if tree is None else self.max_tree_tokens
+        if t > limit or bsz > self.rows:
             return self.runner(tokens, positions, attn_len=attn_len, logits_at=logits_at, want_hidden=want_hidden,
                                hidden_layers=hidden_layers, slots=slots, tree_mask=tree_mask, tree_path=tree_path)
-        if t > self.max_graph_tokens or bsz > self.rows:
-            return self.runner(tokens, positions, attn_len=attn_len, logits_at=logits_at, want_hidden=want_hidden,
-                               hidden_layers=hidden_layers)
         bb = bucket(bsz, self.buckets)
-        key = (bb, t, None if logits_at is None else logits_at.shape[1], bool(want_hidden), tuple(hidden_layers))
+        kind = None if tree is None else ("mask" if tree_mask is not None else "path", tree.shape[2])
+        key = (bb, t, None if logits_at is None else logits_at.shape[1], bool(want_hidden), tuple(hidden_layers), kind)
         g = self.graphs.get(key)
         if g is None:
             g = self._build(key)
@@ -125,6 +134,12 @@ class GraphedRunner(RunnerWrapper):
         g.positions[:bsz].copy_(positions)
         if bsz < bb:
             g.positions[bsz:].fill_(self.scratch_slot)  # padding rows write only the scratch slot
+        if tree is not None:
+            g.slots[:bsz].copy_(positions if slots is None else slots)
+            g.tree[:bsz].copy_(tree)
+            if bsz < bb:
+                g.slots[bsz:].fill_(self.scratch_slot)
+                self._root_only(g.tree[bsz:])
         if logits_at is not None:
             g.logits_at[:bsz].copy_(logits_at)
         if g.graph is not None:
@@ -138,17 +153,32 @@ class GraphedRunner(RunnerWrapper):
 
     # capture ----------------------------------------------------------------------------------
     def _run(self, g: _Graph, key: tuple) -> ForwardOutput:
-        _, _, _, want_hidden, hidden_layers = key
+        _, _, _, want_hidden, hidden_layers, kind = key
+        mask = kind is not None and kind[0] == "mask"
         return self.runner(g.tokens, g.positions, attn_len=self.runner.max_len, logits_at=g.logits_at,
-                           want_hidden=want_hidden, hidden_layers=hidden_layers)
+                           want_hidden=want_hidden, hidden_layers=hidden_layers, slots=g.slots,
+                           tree_mask=g.tree if mask else None, tree_path=None if mask else g.tree)
+
+    def _root_only(self, tree: torch.Tensor) -> None:
+        """A padding row's tree: every token is its own root (a mask that sees only itself, paths of the scratch
+        slot), so it reads and writes nothing but the scratch slot whatever a larger batch left there."""
+        if tree.dtype == torch.bool:
+            tree.copy_(torch.eye(tree.shape[-1], dtype=torch.bool, device=tree.device).expand_as(tree))
+        else:
+            tree.fill_(self.scratch_slot)
 
     def _build(self, key: tuple) -> _Graph:
-        bb, t, n_at = key[:3]
+        bb, t, n_at, kind = key[0], key[1], key[2], key[5]
         dev = self.device
         # static inputs start at the scratch slot, so warm-up and capture never touch a live cache entry
         g = _Graph(tokens=torch.zeros((bb, t), dtype=torch.long, device=dev),
                    positions=torch.full((bb, t), self.scratch_slot, dtype=torch.long, device=dev),
                    logits_at=None if n_at is None else torch.zeros((bb, n_at), dtype=torch.long, device=dev))
+        if kind is not None:
+            g.slots = torch.full((bb, t), self.scratch_slot, dtype=torch.long, device=dev)
+            g.tree = (torch.zeros((bb, t, t), dtype=torch.bool, device=dev) if kind[0] == "mask"
+                      else torch.zeros((bb, t, kind[1]), dtype=torch.long, device=dev))
+            self._root_only(g.tree)
         if self.capture:
             stream = torch.cuda.Stream(device=dev)
             stream.wait_stream(torch.cuda.current_stream(dev))

@@ -1,4 +1,4 @@
-"""GraphedRunner's code path (static buffers, batch buckets, scratch slot, logits_at) gives the
+"""GraphedRunner's code path (static buffers, batch buckets, scratch slot, logits_at, trees) gives the
 wrapped DecoderRunner's results; on the CPU it runs eagerly, capture happens only on CUDA."""
 
 from __future__ import annotations
@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specbench_testing import tree_ancestors, tree_depth
 from specbench.engine import Engine
+from specbench.kernels.decode_ref import tree_paths
 from specbench.models.cuda_graphs import GraphedRunner, bucket, cuda_graphs_default, maybe_graphed
 from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import load_model, resolve_spec
@@ -60,8 +62,40 @@ def test_graphed_runner_equals_runner(arch):
     assert len(graphed.graphs) == 4  # (4, 1, None), (4, 4, 1), (4, 2, None), (4, 1, 1)... keyed by T and logits_at
 
 
-def test_engine_with_graphed_runners_is_lossless():
-    """Greedy draft_model through GraphedRunners (target and draft) emits target-only greedy tokens."""
+@pytest.mark.parametrize("form", ["mask", "path"])
+def test_graphed_tree_forward_equals_runner(form):
+    """A tree forward (distinct slots, a mask or ancestor paths) through the static buffers gives the plain runner's
+    logits, for a batch that fills its bucket and then for a smaller one in the same bucket (a padding row);
+    one graph per (bucket, T, tree form and width)."""
+    parents = [-1, -1, 0, 0, 1, 3, 2]  # 7 nodes, depth 3
+    n = len(parents)
+    m = tiny("tiny-llama")
+    plain, graphed = DecoderRunner(m.model), GraphedRunner(DecoderRunner(m.model))
+    g = torch.Generator().manual_seed(1)
+    seq = torch.randint(0, 101, (4, 20), generator=g)
+    for r in (plain, graphed):
+        r.allocate(4, 40)
+        r(seq, torch.arange(20).expand(4, 20), attn_len=20)
+    depth = torch.tensor([0] + [tree_depth(parents, i) for i in range(n)])
+    for bsz, lengths in ((4, [20, 17, 12, 15]), (3, [14, 9, 20])):
+        lengths = torch.tensor(lengths)
+        tokens = torch.randint(0, 101, (bsz, n + 1), generator=g)
+        positions = lengths[:, None] - 1 + depth
+        slots = lengths[:, None] - 1 + torch.arange(n + 1)
+        mask = tree_ancestors(parents).expand(bsz, -1, -1)
+        tree = dict(tree_mask=mask) if form == "mask" else dict(tree_path=tree_paths(mask, slots)[:, :, :4].contiguous())
+        a = plain(tokens, positions, attn_len=40, slots=slots, **tree)
+        b = graphed(tokens, positions, attn_len=40, slots=slots, **tree)
+        torch.testing.assert_close(a.logits, b.logits, atol=1e-5, rtol=1e-5)
+    width = n + 1 if form == "mask" else 4
+    assert (4, n + 1, None, False, (), (form, width)) in graphed.graphs and len(graphed.graphs) == 1
+
+
+@pytest.mark.parametrize("tree", [dict(), dict(tree="topk", top_k=2), dict(tree="dynamic", top_k=2, num_nodes=5)],
+                         ids=["chain", "topk", "dynamic"])
+def test_engine_with_graphed_runners_is_lossless(tree):
+    """Greedy draft_model through GraphedRunners (target and draft) emits target-only greedy tokens, as a chain and
+    as trees (the target's tree verify and the dynamic tree's frontier forwards go through the static buffers)."""
     t = tiny("tiny-qwen3")
     d = tiny("tiny-qwen3", seed=1)
     sp = SamplingParams()
@@ -71,7 +105,7 @@ def test_engine_with_graphed_runners_is_lossless():
     prompts = [torch.randint(0, 101, (n,), generator=g).tolist() for n in (5, 9, 3)]
     ref = Engine(DecoderRunner(t.model), TargetOnly(ctx), Verifier(sp, "cpu"), max_new_tokens=12, eos_ids=set(),
                  device=torch.device("cpu")).generate(prompts)[0]
-    prop = DraftModelProposer(ctx, k=3)
+    prop = DraftModelProposer(ctx, k=3, **tree)
     prop.runner = maybe_graphed(prop.runner, True)
     rows = Engine(target, prop, Verifier(sp, "cpu"), max_new_tokens=12, eos_ids=set(),
                   device=torch.device("cpu")).generate(prompts)[0]
