@@ -281,6 +281,10 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
 
     target_runner = maybe_graphed(make_vlm_aware_runner(target.model, p.backend, batch_invariant=p.batch_invariant),
                                   p.cuda_graphs)
+    tree = p.strategy_cfg.get("tree", "chain")
+    if tree != "chain" and not getattr(target_runner, "verifies_trees", True):
+        raise ConfigError(f"strategy.tree={tree} with target {target.spec.label!r}, a vision-language model; allowed: "
+                          f"strategy.tree=chain (a VLM target verifies chains only: its runner takes no tree mask yet)")
     ctx = BuildContext(target=target, target_runner=target_runner, draft=draft, sampling=p.sampling,
                        device=p.device, backend=p.backend, cuda_graphs=p.cuda_graphs, batch_invariant=p.batch_invariant)
     proposer = build(p.strategy_cfg, ctx)  # the Proposer classes take ctx first

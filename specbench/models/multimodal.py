@@ -108,6 +108,8 @@ class VLMRunner(TransformersRunner):
     max_len: TransformersRunner's slot history) plus `begin_batch(prompts, mm_inputs)`. Slot ==
     position index, as everywhere."""
 
+    verifies_trees = False  # forward takes no slots / tree mask (run() refuses strategy.tree for a VLM target)
+
     def __init__(self, hf_model: nn.Module) -> None:
         raise_if_unsupported_vlm(hf_model.config)
         super().__init__(hf_model)

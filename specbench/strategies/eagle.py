@@ -6,7 +6,9 @@ SwiGLU MLP), then the target's own final norm and LM head (frozen, shared, like 
 f_i is the target's final-norm hidden state at i, or with `fuse_layers: [low, mid, high]` a
 learned fusion fc (3H -> H) of those target layers' outputs (EAGLE-3).
 
-Per step (chain drafting, no tree; the loop is the proposer base's, with pass_hidden_states_to_model):
+Per step as a chain (the loop is the proposer base's, with pass_hidden_states_to_model; `strategy.tree`
+static and dynamic, EAGLE-1's and EAGLE-2's trees, feed a frontier of nodes per depth into scratch
+slots, each seeing its ancestors' entries: see trees.py):
 the target processed committed positions up to L-2 (the pending token at L-1 it has not seen), so
 the head first catches up on every pair (f_i, x_{i+1}) with i <= L-2 it has not seen (the prompt's
 pairs at the start of a batch), using the TRUE features of the target's forwards, and its output at

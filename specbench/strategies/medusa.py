@@ -2,9 +2,10 @@
 
 The target processed committed positions up to L-2 (the pending token at L-1 came from its LM head
 there), so from its final-norm hidden state h at L-2, head i (1-based) predicts the token at L-1+i:
-logits_i = lm_head(h + SiLU(W_i h + b_i)) with the target's own (frozen, shared) LM head. Chain
-drafting: the top-1 of each head, no tree, no KV cache and no q (the verifier treats the drafts as
-one-hot, which stays lossless at every temperature).
+logits_i = lm_head(h + SiLU(W_i h + b_i)) with the target's own (frozen, shared) LM head. Drafting:
+the top-1 of each head as a chain, or with `strategy.tree=static` Medusa's sparse tree over the heads'
+top-k (node (r1, ..., rd) is head d's r_d-th choice; trees.parallel_static); no KV cache and no q (the
+verifier treats the drafts as one-hot, which stays lossless at every temperature).
 
 Checkpoints: a directory (or its model.safetensors) holding `model.safetensors` and `config.json`
 ({"kind": "medusa", "num_heads": ..., "hidden_size": ...}); train them with

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from specbench.errors import ConfigError
 from specbench.models.presets import PRESETS
 from specbench.run import CONF_DIR, run
 
@@ -33,3 +34,11 @@ def test_the_offline_image_demo_runs_and_is_lossless(tmp_path: Path, target, dra
     lines = [json.loads(x) for x in (tmp_path / "outputs.jsonl").read_text().splitlines()]
     image_id = PRESETS[target].arch["image_token_id"]
     assert sum(image_id in line["prompt_token_ids"] for line in lines) == 5  # 5 image prompts, 1 text-only
+
+
+def test_a_vlm_target_refuses_trees_before_decoding(tmp_path: Path):
+    """Its runner verifies chains only: strategy.tree other than chain is a ConfigError naming both, not a TypeError
+    from the first tree verify."""
+    with pytest.raises(ConfigError, match=r"strategy.tree=topk with target .*tiny-qwen3-vl.*allowed: strategy.tree=chain"):
+        run(_cfg(*DEMO, "target=tiny-qwen3-vl", "draft=self", "strategy.k=2", "strategy.tree=topk", "strategy.top_k=2",
+                 f"+output_dir={tmp_path}"))
