@@ -3,7 +3,8 @@ every strategy, so that per-prompt results line up across runs.
 
 Contract:
 - `load_prompts(cfg)` reads the `dataset` config group and returns prompts in file order, the
-  first `num_prompts` of them (all when None). Each set is a DatasetConfig subclass that reads its
+  first `num_prompts` of them (all when None), after keeping the first `per_category` of each category
+  when that is set (a Spec-Bench subset that covers all 13 categories). Each set is a DatasetConfig subclass that reads its
   prompts; conf/dataset/<name>.yaml names it in `_target_`, and hydra's instantiate builds it.
   Ids are stable ("mt-bench/81", "humaneval/HumanEval/0", "spec-bench/81", "builtin/chat-capital";
   a jsonl or HF row keeps its own "id" / "question_id"), so results can be joined and reported per category.
@@ -55,6 +56,7 @@ class DatasetConfig:
 
     name: str  # the set's label in results
     num_prompts: int | None = None  # first N in file order; None = all
+    per_category: int | None = None  # first N of each category (file order), before num_prompts; None = all
     path: str | None = None  # spec-bench: question.jsonl; jsonl: the file
     field: str = "prompt"  # jsonl: key holding the text
     turn: int = 0  # mt-bench / spec-bench: which user turn (0 = first)
@@ -65,6 +67,9 @@ class DatasetConfig:
     def __post_init__(self) -> None:
         if self.num_prompts is not None and (not _is_int(self.num_prompts) or self.num_prompts < 1):
             raise ConfigError(f"dataset.num_prompts={self.num_prompts!r} must be an integer >= 1, or null for all prompts")
+        if self.per_category is not None and (not _is_int(self.per_category) or self.per_category < 1):
+            raise ConfigError(f"dataset.per_category={self.per_category!r} must be an integer >= 1 (the first N prompts of "
+                              f"each category), or null for all of them")
         if not _is_int(self.turn) or self.turn < 0:
             raise ConfigError(f"dataset.turn={self.turn!r} must be an integer >= 0 (0 = the first user turn)")
 
@@ -115,7 +120,10 @@ def _packaged_target(name: str) -> str:
 def load_prompts(cfg: Mapping[str, Any]) -> list[Prompt]:
     """The prompts named by the `dataset` config (a DictConfig or a plain mapping), in file order."""
     source = DatasetConfig.parse(cfg)
-    prompts = list(itertools.islice(source.prompts(), source.num_prompts))
+    rows = source.prompts()
+    if source.per_category is not None:
+        rows = _first_per_category(rows, source.per_category)
+    prompts = list(itertools.islice(rows, source.num_prompts))
     if not prompts:
         raise ConfigError(f"dataset {source.name!r} gave no prompts" + (f" (read from {source.path})" if source.path else ""))
     seen: set[str] = set()
@@ -124,6 +132,15 @@ def load_prompts(cfg: Mapping[str, Any]) -> list[Prompt]:
             raise ConfigError(f"dataset {source.name!r} has two prompts with id {p.id!r}; prompt ids must be unique")
         seen.add(p.id)
     return prompts
+
+
+def _first_per_category(prompts: Iterator[Prompt], n: int) -> Iterator[Prompt]:
+    """The first n prompts of each category, in file order (a set without categories is one category)."""
+    taken: dict[str | None, int] = {}
+    for p in prompts:
+        if taken.get(p.category, 0) < n:
+            taken[p.category] = taken.get(p.category, 0) + 1
+            yield p
 
 
 def check_prompt_lengths(

@@ -19,7 +19,7 @@ from specbench.errors import ConfigError
 REPO = Path(__file__).resolve().parents[2]
 CONF = CONF_DIR / "dataset"
 SPEC_BENCH = Path("/work/shared/data/spec_bench/question.jsonl")
-KEYS = {"_target_", "name", "num_prompts", "path", "field", "turn", "hf_name", "split", "hf_field"}
+KEYS = {"_target_", "name", "num_prompts", "per_category", "path", "field", "turn", "hf_name", "split", "hf_field"}
 
 
 def cfg(name: str, **kw):
@@ -105,6 +105,23 @@ def test_spec_bench_480_in_13_categories():
     assert len(ps) == 480
     assert len({p.category for p in ps}) == 13
     assert ps[0].id == "spec-bench/81"
+
+
+@pytest.mark.skipif(not SPEC_BENCH.is_file(), reason=f"Spec-Bench file absent: {SPEC_BENCH}")
+def test_spec_bench_per_category_covers_every_category_then_num_prompts():
+    ps = load_prompts(cfg("spec-bench", path=str(SPEC_BENCH), per_category=3))
+    assert len(ps) == 39 and {p.category for p in ps} == {p.category for p in load_prompts(cfg("spec-bench", path=str(SPEC_BENCH)))}
+    full = load_prompts(cfg("spec-bench", path=str(SPEC_BENCH)))
+    for c in {p.category for p in ps}:  # the first 3 of each category, in file order
+        assert [p.id for p in ps if p.category == c] == [p.id for p in full if p.category == c][:3]
+    assert [p.id for p in ps] == [p.id for p in full if p.id in {q.id for q in ps}]  # file order kept
+    assert [p.id for p in load_prompts(cfg("spec-bench", path=str(SPEC_BENCH), per_category=3, num_prompts=5))] == [p.id for p in ps[:5]]
+
+
+@pytest.mark.parametrize("n", [0, -2, True, "3"])
+def test_bad_per_category(n):
+    with pytest.raises(ConfigError, match="dataset.per_category"):
+        load_prompts(cfg("builtin", per_category=n))
 
 
 @pytest.mark.skipif(not SPEC_BENCH.is_file(), reason=f"Spec-Bench file absent: {SPEC_BENCH}")
