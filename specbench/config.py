@@ -81,10 +81,13 @@ class EngineConfig:
     triton_verify: Any = "auto"  # auto | true | false (OmegaConf 2.3 types no union of str and bool)
     cuda_graphs: Any = "auto"  # auto | true | false
     batch_invariant: bool = True  # CUDA: logits independent of batch and verify width
+    tensor_parallel: int = 1  # ranks the target is split over (models/tensor_parallel.py); the draft is replicated
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ConfigError(f"engine.batch_size={self.batch_size!r}; allowed: an integer >= 1")
+        if self.tensor_parallel < 1:
+            raise ConfigError(f"engine.tensor_parallel={self.tensor_parallel!r}; allowed: an integer >= 1")
         if self.triton_verify not in ("auto", True, False):
             raise unknown("engine.triton_verify", self.triton_verify, ["auto", "true", "false"])
         if self.cuda_graphs not in ("auto", True, False, None):

@@ -32,6 +32,7 @@ from specbench.models.loading import DTYPES, LoadedModel, ModelSpec, load_model,
 from specbench.models.multimodal import image_processor_for, make_vlm_aware_runner
 from specbench.models.cuda_graphs import cuda_graphs_default, graph_captures, maybe_graphed
 from specbench.models.runner import BACKENDS
+from specbench.models.tensor_parallel import env_rank, init_group, raise_if_unshardable
 from specbench.strategies.base import BuildContext, Proposer, raise_if_vocab_too_large
 from specbench.strategies.none import TargetOnly
 from specbench.synthetic import SyntheticVerifier, rate_for_acceptance_length
@@ -66,6 +67,7 @@ class _Plan:
     batch_invariant: bool  # the decoder's batch-invariant kernels on CUDA (engine.batch_invariant)
     synthetic: dict[str, Any]  # verify.synthetic_*: empty = real, lossless acceptance
     checkpoint: dict[str, Any] | None = None  # the drafter checkpoint's resolved files and weights hash (eagle, medusa)
+    tensor_parallel: int = 1  # engine.tensor_parallel: ranks the target is split over
 
     @property
     def lossless(self) -> bool:
@@ -120,6 +122,14 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
         raise unknown("engine.dtype", dtype_name, ["auto", *DTYPES])
     if e.backend not in BACKENDS:
         raise unknown("engine.backend", e.backend, BACKENDS)
+    if e.tensor_parallel > 1 and e.backend == "transformers":
+        raise ConfigError(f"engine.tensor_parallel={e.tensor_parallel} with engine.backend=transformers; allowed: "
+                          f"tensor_parallel=1 there, or engine.backend=auto / native (our decoder splits the target)")
+    if e.tensor_parallel > 1 and device.type == "cuda" and env_rank() is None and torch.cuda.device_count() < e.tensor_parallel:
+        raise ConfigError(f"engine.tensor_parallel={e.tensor_parallel} but {torch.cuda.device_count()} CUDA device(s) are "
+                          f"visible; allowed: at most that many ranks (or engine.device=cpu: gloo processes)")
+    if e.tensor_parallel > 1 and target.known:  # presets, a local config.json: before anything loads
+        raise_if_unshardable(target.known, e.tensor_parallel, target.label)
     cls.validate_for_target(strategy_cfg, target, e.backend)  # the strategy's settings against the target's known sizes
     max_new = c.max_new_tokens
     k = int(strategy_cfg.get("k") or 0)
@@ -137,7 +147,7 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
     prompts = load_prompts(asdict(c.dataset))
     return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], e.batch_size,
                  max_new, c.max_model_len, e.backend, rule, cuda_graphs_default(e.cuda_graphs, device),
-                 e.batch_invariant, synthetic, cls.checkpoint_record(strategy_cfg, target))
+                 e.batch_invariant, synthetic, cls.checkpoint_record(strategy_cfg, target), e.tensor_parallel)
 
 
 def raise_if_unknown_settings(cls: type[Proposer], cfg: Mapping[str, Any]) -> None:
@@ -195,11 +205,11 @@ def _warm_up(engines: Any, p: _Plan, token_ids: list[list[int]], mm_inputs: list
 
 
 def _decode(engine: Engine, prompts: list[list[int]], batch_size: int, desc: str,
-            mm_inputs: list[dict | None] | None = None) -> tuple[list[RowResult], list[BatchTiming]]:
+            mm_inputs: list[dict | None] | None = None, quiet: bool = False) -> tuple[list[RowResult], list[BatchTiming]]:
     rows: list[RowResult] = []
     timings: list[BatchTiming] = []
     total = len(prompts) * engine.max_new_tokens
-    with tqdm(total=total, desc=desc, unit="tok", dynamic_ncols=True, mininterval=1.0) as bar:
+    with tqdm(total=total, desc=desc, unit="tok", dynamic_ncols=True, mininterval=1.0, disable=quiet) as bar:
         for start in range(0, len(prompts), batch_size):
             batch_mm = None if mm_inputs is None else mm_inputs[start : start + batch_size]
             batch_rows, timing = engine.generate(prompts[start : start + batch_size], on_step=bar.update, mm_inputs=batch_mm)
@@ -262,6 +272,13 @@ def _output_dir(cfg: DictConfig | Mapping[str, Any]) -> tuple[Path, str | None, 
 def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     """Run one job: baseline (strategy none) and the configured strategy on the same prompts."""
     p = plan(cfg)
+    if p.tensor_parallel > 1 and env_rank() is None:
+        return _run_ranks(cfg, p.tensor_parallel)
+    tp = init_group(p.tensor_parallel, p.device) if p.tensor_parallel > 1 else None
+    writer = tp is None or tp.rank == 0  # only rank 0 writes results, logs and progress
+    if tp is not None and p.device.type == "cuda":  # rank r on cuda:r (its LOCAL_RANK under torchrun)
+        p.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", tp.rank)))
+        torch.cuda.set_device(p.device)
     out_dir, group, name = _output_dir(cfg)
     torch.manual_seed(p.sampling.seed)
 
@@ -279,7 +296,9 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     check_prompt_lengths(p.prompts, token_ids, p.max_model_len, p.max_new_tokens, extra=k + 1,
                          model_limits=_position_limits(("target", target), ("draft", draft)))
 
-    target_runner = maybe_graphed(make_vlm_aware_runner(target.model, p.backend, batch_invariant=p.batch_invariant),
+    if tp is not None:
+        raise_if_unshardable(target.model.config, tp.world, target.spec.label)
+    target_runner = maybe_graphed(make_vlm_aware_runner(target.model, p.backend, batch_invariant=p.batch_invariant, tp=tp),
                                   p.cuda_graphs)
     tree = p.strategy_cfg.get("tree", "chain")
     if tree != "chain" and not getattr(target_runner, "verifies_trees", True):
@@ -309,7 +328,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     per_prompt: dict[str, list[dict[str, Any]]] = {}
     for side, engine in engines.items():
         label = "none" if side == "baseline" else p.strategy_cfg.get("name", side)
-        rows[side], timings = _decode(engine, token_ids, p.batch_size, desc=label, mm_inputs=mm_inputs)
+        rows[side], timings = _decode(engine, token_ids, p.batch_size, desc=label, mm_inputs=mm_inputs, quiet=not writer)
         per_prompt[side] = [prompt_metrics(r) for r in rows[side]]
         summaries[side] = summarize(per_prompt[side], timings)
 
@@ -322,7 +341,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
                 "temperature": p.sampling.temperature, "top_k": p.sampling.top_k, "top_p": p.sampling.top_p,
                 "seed": p.sampling.seed, "dtype": str(p.dtype).removeprefix("torch."), "lossless": p.lossless,
                 "synthetic_acceptance": p.synthetic or None, "cuda_graphs": p.cuda_graphs,
-                "batch_invariant": p.batch_invariant,
+                "batch_invariant": p.batch_invariant, "tensor_parallel": p.tensor_parallel,
                 "graph_captures_while_timing": graph_captures() - captures_before},
         "config": OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg),
         "environment": _environment(p.device),
@@ -346,6 +365,8 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
             entry["baseline_output_token_ids"] = rows["baseline"][i].output_ids
             entry["baseline_metrics"] = per_prompt["baseline"][i]
         outputs.append(entry)
+    if not writer:
+        return Report(results=results, outputs=outputs, output_dir=out_dir)
     write_jsonl_atomic(out_dir / "outputs.jsonl", outputs)
     write_json_atomic(out_dir / "results.json", results)  # last: its presence marks a finished job
 
@@ -357,6 +378,61 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     print(results_table(results))
     print(f"results: {out_dir / 'results.json'}")
     return Report(results=results, outputs=outputs, output_dir=out_dir)
+
+
+def _run_ranks(cfg: DictConfig | Mapping[str, Any], world: int) -> Report:
+    """engine.tensor_parallel=N started as one process: ranks 1..N-1 run in worker processes (spawned, each with
+    the resolved config), rank 0 here; they meet through torch.distributed on a free local port. A rank that
+    fails fails the job: rank 0's error is raised, a worker's exit code is reported."""
+    import socket
+    from multiprocessing import get_context
+
+    out_dir, _, _ = _output_dir(cfg)
+    container = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    container["output_dir"] = str(out_dir)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world)}
+    workers = [get_context("spawn").Process(target=_rank_worker, args=(container, {**env, "RANK": str(r), "LOCAL_RANK": str(r)}),
+                                            name=f"specbench-rank-{r}", daemon=True) for r in range(1, world)]
+    for w in workers:
+        w.start()
+    saved = {key: os.environ.get(key) for key in (*env, "RANK", "LOCAL_RANK")}
+    os.environ.update({**env, "RANK": "0", "LOCAL_RANK": "0"})
+    try:
+        report = run(OmegaConf.create(container))
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        import torch.distributed as dist
+
+        for w in workers:
+            w.join(timeout=120)
+            if w.is_alive():  # rank 0 failed while the workers wait in a collective
+                w.terminate()
+                w.join()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    failed = [(w.name, w.exitcode) for w in workers if w.exitcode != 0]
+    if failed:
+        raise RuntimeError(f"tensor-parallel worker(s) failed: {failed} (rank 0 finished; see their stderr above)")
+    return report
+
+
+def _rank_worker(container: dict[str, Any], env: dict[str, str]) -> None:
+    """One worker rank of _run_ranks: the same job on its share of the target; it writes nothing."""
+    os.environ.update(env)
+    try:
+        run(OmegaConf.create(container))
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def _position_limits(*models: tuple[str, LoadedModel | None]) -> list[tuple[str, int]]:

@@ -7,6 +7,7 @@ A plain module (not conftest.py): subdirectories have conftest.py files of their
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 import torch
@@ -190,3 +191,39 @@ def tree_path_nodes(parents: list[int], i: int) -> list[int]:
 def tree_columns(parents: list[int]) -> list[list[int]]:
     """Per column of [pending, node 0..N-1], the columns of its root path: [0, ..., itself]."""
     return [[0] + [j + 1 for j in tree_path_nodes(parents, col - 1)] for col in range(len(parents) + 1)]
+
+
+def tp_forward_worker(rank: int, world: int, port: int, out: str) -> None:
+    """One gloo rank of a tensor-parallel forward (tests/models/test_tensor_parallel.py, spawned by
+    torch.multiprocessing): tiny-qwen3-tp split over `world` ranks, a prefill of 2 ragged rows and three decode
+    steps of 1, 3 and 2 tokens; rank 0 saves every forward's logits to `out`."""
+    import os
+
+    import torch.distributed as dist
+
+    from specbench.models.decoder import DecoderRunner
+    from specbench.models.tensor_parallel import TPGroup
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        logits = tp_forward_logits(DecoderRunner(tiny("tiny-qwen3-tp").model, tp=TPGroup(rank, world)))
+        if rank == 0:
+            torch.save(logits, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def tp_forward_logits(runner: Any) -> list[torch.Tensor]:
+    """The forwards tp_forward_worker runs, on any runner (TP = 1 for the reference)."""
+    g = torch.Generator().manual_seed(3)
+    seq = torch.randint(0, 101, (2, 30), generator=g)
+    runner.allocate(2, 40)
+    lengths = torch.tensor([9, 5])
+    out = [runner(seq[:, :9], torch.arange(9).expand(2, 9), attn_len=9).logits]
+    for t in (1, 3, 2):
+        positions = lengths[:, None] + torch.arange(t)
+        out.append(runner(seq.gather(1, positions), positions, attn_len=int(positions.max()) + 1).logits)
+        lengths = lengths + t
+    return out

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specbench.kernels.decode_ref import add_rmsnorm_ref, qkv_rope_cache_ref, rmsnorm_ref, tree_paths, tree_slot_mask
+from specbench.models.tensor_parallel import TPGroup, shard_weights
 
 # model_type -> whether attention has per-head q/k RMSNorm (Qwen3)
 SUPPORTED_ARCHS: dict[str, bool] = {"llama": False, "qwen2": False, "qwen3": True}
@@ -97,7 +98,7 @@ class DecoderRunner(nn.Module):
     """
 
     def __init__(self, hf_model: nn.Module, num_layers: int | None = None, use_kernels: bool | None = None,
-                 batch_invariant: bool = True) -> None:
+                 batch_invariant: bool = True, tp: TPGroup | None = None) -> None:
         super().__init__()
         cfg = hf_model.config
         if cfg.model_type not in SUPPORTED_ARCHS:
@@ -138,7 +139,14 @@ class DecoderRunner(nn.Module):
             qk_w = None
             if self.qk_norm:
                 qk_w = torch.stack([attn.q_norm.weight.detach(), attn.k_norm.weight.detach()])
-            self._w.append(dict(qkv_w=qkv_w, qkv_b=qkv_b, gu_w=gu_w, gu_b=gu_b, qk_w=qk_w))
+            self._w.append(dict(qkv_w=qkv_w, qkv_b=qkv_b, gu_w=gu_w, gu_b=gu_b, qk_w=qk_w, o_w=attn.o_proj.weight,
+                                o_b=attn.o_proj.bias, down_w=mlp.down_proj.weight, down_b=mlp.down_proj.bias))
+        # tensor parallel (models/tensor_parallel.py): this rank's heads and MLP columns; o/down sums all-reduced
+        self.tp = tp if tp is not None and tp.world > 1 else None
+        if self.tp is not None:
+            self._w = [shard_weights(w, self.num_heads, self.num_kv_heads, self.head_dim, self.tp) for w in self._w]
+            self.num_heads //= self.tp.world
+            self.num_kv_heads //= self.tp.world
         if any(getattr(layer.mlp, "act_fn", None) is not None and type(layer.mlp.act_fn).__name__ not in ("SiLU", "SiLUActivation")
                for layer in self.layers):
             self._silu = False
@@ -218,6 +226,10 @@ class DecoderRunner(nn.Module):
             moved = cache[:, :bsz].gather(3, idx)
             cache[:, :bsz].scatter_(3, dst[None, :, None, :, None].expand_as(idx), moved)
 
+    def _reduce(self, y: torch.Tensor) -> torch.Tensor:
+        """Tensor parallel: the sum of every rank's partial o_proj / down_proj output; y itself at TP = 1."""
+        return y if self.tp is None else self.tp.all_reduce(y.contiguous())
+
     def _head(self, x: torch.Tensor, logits_at: torch.Tensor | None, want_hidden: bool,
               layer_hidden: list[torch.Tensor], linear=_linear) -> ForwardOutput:
         out_x = x if logits_at is None else x.gather(1, logits_at[..., None].expand(-1, -1, x.shape[-1]))
@@ -256,11 +268,11 @@ class DecoderRunner(nn.Module):
             vc.scatter_(2, write_idx, v)
             o = F.scaled_dot_product_attention(q, kc[:, :, :s], vc[:, :, :s], attn_mask=mask, scale=self.scaling,
                                                enable_gqa=True)
-            x = x + _linear(o.transpose(1, 2).reshape(bsz, t, -1), attn.o_proj.weight, attn.o_proj.bias)
+            x = x + self._reduce(_linear(o.transpose(1, 2).reshape(bsz, t, -1), w["o_w"], w["o_b"]))
             mlp = layer.mlp
             h = rmsnorm_ref(x, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
             gate, up = _linear(h, w["gu_w"], w["gu_b"]).chunk(2, dim=-1)
-            x = x + _linear(mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+            x = x + self._reduce(_linear(mlp.act_fn(gate) * up, w["down_w"], w["down_b"]))
             if i in hidden_layers:
                 layer_hidden.append(x)
         x = rmsnorm_ref(x, self.norm.weight, self.norm.variance_epsilon)
@@ -302,11 +314,15 @@ class DecoderRunner(nn.Module):
                 o = F.scaled_dot_product_attention(q.view(bsz, t, hq, d).transpose(1, 2), kc[:bsz, :, :s], vc[:bsz, :, :s],
                                                    attn_mask=mask, scale=self.scaling, enable_gqa=True).transpose(1, 2)
             # may be fp32 split-K partials [S, N, H]: add_rmsnorm sums them
-            a = lin(o.reshape(n, hq * d), attn.o_proj.weight, attn.o_proj.bias, may_split=True)
+            a = lin(o.reshape(n, hq * d), w["o_w"], w["o_b"], may_split=True)
+            if self.tp is not None:  # the ranks' partial sums: this rank's split-K partials first, then all ranks
+                a = self._reduce(sum_partials(a, x.dtype))
             x, h = K.add_rmsnorm(x, a, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
             gu = lin(h, w["gu_w"], w["gu_b"])
             # silu(gate) * up: its own kernel (skinny_gemm.FUSE_SILU would fold it into the GEMM; measured slower)
-            pending = lin(gu, mlp.down_proj.weight, mlp.down_proj.bias, may_split=True, silu=True)
+            pending = lin(gu, w["down_w"], w["down_b"], may_split=True, silu=True)
+            if self.tp is not None:
+                pending = self._reduce(sum_partials(pending, x.dtype))
             if i in hidden_layers:
                 x, pending = x + sum_partials(pending, x.dtype), None
                 layer_hidden.append(x.view(bsz, t, -1))

@@ -54,11 +54,14 @@ def raise_if_unsupported_vlm(config: Any) -> None:
 
 
 def make_vlm_aware_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None,
-                          batch_invariant: bool = True) -> VLMRunner | DecoderRunner | TransformersRunner:
+                          batch_invariant: bool = True, tp: Any = None) -> VLMRunner | DecoderRunner | TransformersRunner:
     """VLMRunner when the model's own config is a VLM, else `runner.make_runner` (our decoder or transformers)."""
     if not is_multimodal(hf_model.config):
-        return make_runner(hf_model, backend, num_layers, batch_invariant=batch_invariant)
+        return make_runner(hf_model, backend, num_layers, batch_invariant=batch_invariant, tp=tp)
     raise_if_unsupported_vlm(hf_model.config)
+    if tp is not None and tp.world > 1:
+        raise ConfigError(f"engine.tensor_parallel={tp.world} with a vision-language target "
+                          f"({hf_model.config.model_type!r}); allowed: tensor_parallel=1 (VLMRunner is not split)")
     if backend not in BACKENDS:
         raise unknown("engine.backend", backend, BACKENDS)
     if backend == "native":

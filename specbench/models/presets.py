@@ -104,6 +104,9 @@ PRESETS: dict[str, Preset] = {
     "tiny-llama": Preset("tiny-llama", "random", arch=dict(model_type="llama", rope_theta=10_000.0, **_TINY_COMMON), draft="tiny-llama"),
     "tiny-qwen2": Preset("tiny-qwen2", "random", arch=dict(model_type="qwen2", rope_theta=10_000.0, **_TINY_COMMON), draft="tiny-qwen2"),
     "tiny-qwen3": Preset("tiny-qwen3", "random", arch=dict(model_type="qwen3", rope_theta=10_000.0, **_TINY_COMMON), draft="tiny-qwen3"),
+    # tensor-parallel tests: 6 query heads over 2 KV heads, intermediate 90, so 2 ranks hold 3 / 1 / 45 each
+    "tiny-qwen3-tp": Preset("tiny-qwen3-tp", "random", arch=dict(model_type="qwen3", rope_theta=10_000.0, **dict(
+        _TINY_COMMON, num_attention_heads=6, num_key_value_heads=2, head_dim=8, intermediate_size=90)), draft="tiny-qwen3-tp"),
     "tiny-qwen2.5-vl": Preset("tiny-qwen2.5-vl", "random", arch=_TINY_QWEN25_VL, draft="tiny-qwen3-v304"),
     "tiny-qwen3-vl": Preset("tiny-qwen3-vl", "random", arch=_TINY_QWEN3_VL, draft="tiny-qwen3-v304"),
     "tiny-qwen3-v304": Preset("tiny-qwen3-v304", "random", arch=dict(model_type="qwen3", rope_theta=10_000.0,

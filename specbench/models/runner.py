@@ -238,9 +238,10 @@ def _raise_if_no_custom_masks(config: Any) -> None:
 
 
 def make_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None,
-                batch_invariant: bool = True) -> DecoderRunner | TransformersRunner:
+                batch_invariant: bool = True, tp: Any = None) -> DecoderRunner | TransformersRunner:
     """Our decoder where it covers the architecture (backend auto/native), else transformers' forward.
-    `batch_invariant` selects our decoder's batch-invariant kernels on CUDA (DecoderRunner)."""
+    `batch_invariant` selects our decoder's batch-invariant kernels on CUDA (DecoderRunner); `tp` (a
+    tensor_parallel.TPGroup of more than one rank) splits our decoder over the ranks."""
     if backend not in BACKENDS:
         raise unknown("engine.backend", backend, BACKENDS)
     native = hf_model.config.model_type in SUPPORTED_ARCHS
@@ -248,5 +249,9 @@ def make_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | No
         raise unknown("architecture for engine.backend=native", hf_model.config.model_type, SUPPORTED_ARCHS,
                       hint="use engine.backend=auto or transformers")
     if backend == "transformers" or not native:
+        if tp is not None and tp.world > 1:
+            raise ConfigError(f"engine.tensor_parallel={tp.world} with {hf_model.config.model_type!r} on transformers' "
+                              f"forward; allowed: tensor_parallel=1 there (our decoder splits {sorted(SUPPORTED_ARCHS)} "
+                              f"with engine.backend=auto or native)")
         return TransformersRunner(hf_model, num_layers)
-    return DecoderRunner(hf_model, num_layers, batch_invariant=batch_invariant)
+    return DecoderRunner(hf_model, num_layers, batch_invariant=batch_invariant, tp=tp)

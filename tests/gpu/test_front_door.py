@@ -175,3 +175,17 @@ def test_dynamic_trees_are_exact_8b(tmp_path: Path):
         _assert_exact(r)
         al = r["strategy"]["acceptance_length"]
         assert al == 4.0 if r["config"]["strategy"]["top_k"] == 1 else al >= 2.0, (r["config"]["strategy"], al)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="tensor parallelism needs 2 GPUs (nvidia-h200-x2)")
+def test_tensor_parallel_2_self_draft_is_exact_8b(tmp_path: Path):
+    """engine.tensor_parallel=2 through the CLI: the ranks start themselves (NCCL, cuda:0 and cuda:1), the graphs
+    capture the all-reduces; a self-draft (replicated, unsplit) accepts everything and T=0 output equals
+    target-only decoding at TP=2."""
+    results = _sweep(tmp_path, *COMMON, "target=qwen3-8b-random", "strategy=draft_model", "draft=self", "strategy.k=3",
+                     "engine.tensor_parallel=2", "sampling.temperature=0,1", "dataset.num_prompts=4")
+    assert len(results) == 2
+    for r in results:
+        assert r["run"]["tensor_parallel"] == 2
+        _assert_exact(r)
+        assert r["strategy"]["acceptance_length"] == 4.0, r["strategy"]["acceptance_length"]

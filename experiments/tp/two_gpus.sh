@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Issue 15 item 1 on a machine with two H200s (nvidia-h200-x2), through the CLI. Not run yet: no two-GPU machine
+# has been lent to this project so far. Each rank loads the whole target on its GPU and keeps its share
+# (models/tensor_parallel.py), so a target must fit one GPU to be split: Qwen3-32B does (64 GB + 32 GB of shards),
+# a 70B-class target (141 GB in bf16) does not until loading shards on the fly (not built).
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+#   bash experiments/tp/two_gpus.sh "$OUT"
+set -u
+out=${1:-/tmp/tp}; mkdir -p "$out"
+export WANDB_MODE=disabled PYTHONUNBUFFERED=1
+common="logger=none engine.ignore_eos=true dataset=builtin dataset.num_prompts=6 max_new_tokens=128"
+# target-only TPOT at TP=1 and TP=2 (aim: TP=2 <= 0.6x TP=1)
+timeout 500 python3 -m specbench -m $common target=qwen3-32b-random strategy=none engine.tensor_parallel=1,2 \
+  hydra.sweep.dir="$out/32b-none" > "$out/32b-none.txt" 2>&1
+# with the 1.7B draft at synthetic AL 2.79, k=3, at TP=2 (aim: speedup >= 2.0x)
+timeout 500 python3 -m specbench $common target=qwen3-32b-random draft=qwen3-1.7b-random strategy=draft_model \
+  strategy.k=3 verify.synthetic_acceptance_length=2.79 engine.tensor_parallel=2 hydra.run.dir="$out/32b-tp2-draft" \
+  > "$out/32b-tp2-draft.txt" 2>&1
+# the suite's TP test (self-draft exact at TP=2)
+timeout 500 python3 -m pytest -m gpu tests/gpu -k tensor_parallel -v -rfE -p no:cacheprovider > "$out/suite-tp.txt" 2>&1
+grep -h -E "^\| (metric|acceptance length|TPOT ms)|speedup \(|passed|failed" "$out"/*.txt
