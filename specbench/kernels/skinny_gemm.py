@@ -182,11 +182,25 @@ def _config(key: tuple, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | N
         may_split = key[3]
         capturing = x.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         if x.device.type == "cuda" and not capturing and not _INTERPRETED:
-            cfg = _tune(x, w, bias, may_split, silu, INVARIANT_BLOCK_MS if key[0] == "inv" else ())
+            cfg = _agree(_tune(x, w, bias, may_split, silu, INVARIANT_BLOCK_MS if key[0] == "inv" else ()), x.device)
         else:
             cfg = _heuristic(w.shape[0], w.shape[1], _sms(x.device), may_split)
         _TUNED[key] = cfg
     return cfg
+
+
+def _agree(cfg: tuple, device: torch.device) -> tuple:
+    """Tensor-parallel ranks (torch.distributed initialized, several ranks) take rank 0's tuned configuration:
+    timing noise could make ranks pick differently, and a replicated GEMM (the LM head, the draft) must round
+    alike on every rank, or their tokens, and so their collectives, drift apart. Every rank tunes the same keys in
+    the same order (the same code runs everywhere), so this broadcast pairs up; it runs outside graph capture."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return cfg
+    t = torch.tensor(cfg, dtype=torch.int64, device=device)
+    dist.broadcast(t, src=0)
+    return tuple(int(v) for v in t.tolist())
 
 
 def _silu_input(x: torch.Tensor, w: torch.Tensor, silu: bool, max_m: int | None) -> tuple[torch.Tensor, bool]:
