@@ -298,8 +298,8 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
 
     if tp is not None:
         raise_if_unshardable(target.model.config, tp.world, target.spec.label)
-    target_runner = maybe_graphed(make_vlm_aware_runner(target.model, p.backend, batch_invariant=p.batch_invariant, tp=tp),
-                                  p.cuda_graphs)
+    target_runner = maybe_graphed(make_vlm_aware_runner(target.model, p.backend, batch_invariant=p.batch_invariant, tp=tp,
+                                                        graphs=p.cuda_graphs), p.cuda_graphs)
     tree = p.strategy_cfg.get("tree", "chain")
     if tree != "chain" and not getattr(target_runner, "verifies_trees", True):
         raise ConfigError(f"strategy.tree={tree} with target {target.spec.label!r}, a vision-language model; allowed: "

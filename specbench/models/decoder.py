@@ -39,6 +39,9 @@ from specbench.models.tensor_parallel import TPGroup, shard_weights
 
 # model_type -> whether attention has per-head q/k RMSNorm (Qwen3)
 SUPPORTED_ARCHS: dict[str, bool] = {"llama": False, "qwen2": False, "qwen3": True}
+# the language models of the M-RoPE VLMs (multimodal.FastVLMRunner): a Qwen2 / Qwen3 decoder whose rotary takes a
+# position per token; for text tokens (all three M-RoPE components equal) that is the plain 1-D rotary
+VLM_TEXT_ARCHS: dict[str, bool] = {"qwen2_vl_text": False, "qwen2_5_vl_text": False, "qwen3_vl_text": True}
 
 DECODE_KERNEL_MAX_T = 16  # the decode-attention kernel takes up to this many new tokens per row; SDPA above
 
@@ -101,11 +104,14 @@ class DecoderRunner(nn.Module):
                  batch_invariant: bool = True, tp: TPGroup | None = None) -> None:
         super().__init__()
         cfg = hf_model.config
-        if cfg.model_type not in SUPPORTED_ARCHS:
-            raise ValueError(f"DecoderRunner supports {sorted(SUPPORTED_ARCHS)}, not {cfg.model_type!r}")
+        base = hf_model.model
+        if getattr(cfg, "text_config", None) is not None and hasattr(base, "language_model"):  # a VLM: its language model
+            cfg, base = cfg.text_config, base.language_model
+        archs = {**SUPPORTED_ARCHS, **VLM_TEXT_ARCHS}
+        if cfg.model_type not in archs:
+            raise ValueError(f"DecoderRunner supports {sorted(archs)}, not {cfg.model_type!r}")
         self.config = cfg
         self.hf_model = hf_model
-        base = hf_model.model
         total = len(base.layers)
         self.num_layers = total if num_layers is None else num_layers
         if not 1 <= self.num_layers <= total:
@@ -118,7 +124,7 @@ class DecoderRunner(nn.Module):
         self.num_heads = cfg.num_attention_heads
         self.num_kv_heads = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.qk_norm = SUPPORTED_ARCHS[cfg.model_type]
+        self.qk_norm = archs[cfg.model_type]
         self.scaling = self.head_dim**-0.5
         self.use_kernels = use_kernels
         self.batch_invariant = batch_invariant
@@ -126,6 +132,9 @@ class DecoderRunner(nn.Module):
         self.v_cache: torch.Tensor | None = None
         self.rope_cos: torch.Tensor | None = None  # [S, D] in the model dtype, transformers' own values
         self.rope_sin: torch.Tensor | None = None
+        # [rows] int64 or None: row b's rotary position is its slot position + rope_offset[b] (a VLM row past its
+        # prompt: M-RoPE's rope delta); slots and attention still go by position. Set in place (CUDA graphs read it)
+        self.rope_offset: torch.Tensor | None = None
         # fused projections, shared by every runner over the same hf model (draft = target)
         self._w: list[dict[str, torch.Tensor | None]] = []
         for layer in self.layers:
@@ -173,10 +182,15 @@ class DecoderRunner(nn.Module):
         self.k_cache = self.v_cache = None  # free before allocating the new one
         self.k_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self.v_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
+        self.rope_table(max_len)
+
+    def rope_table(self, n: int) -> None:
+        """The rotary tables for positions 0..n-1 (allocate: the cache's slots; more for rows with a positive offset)."""
         with torch.inference_mode():
-            pos = torch.arange(max_len, device=self.device)[None]
-            cos, sin = self.rotary(self.k_cache.new_empty(1), pos)  # [1, S, D], the model's dtype
-        self.rope_cos, self.rope_sin = cos[0].contiguous(), sin[0].contiguous()
+            pos = torch.arange(n, device=self.device)[None]
+            cos, sin = self.rotary(self.k_cache.new_empty(1), pos)  # [1, S, D] (M-RoPE: [3, 1, S, D]), the model's dtype
+        cos, sin = (cos[0], sin[0]) if cos.dim() == 3 else (cos[0, 0], sin[0, 0])
+        self.rope_cos, self.rope_sin = cos.contiguous(), sin.contiguous()
 
     @property
     def max_len(self) -> int:
@@ -226,6 +240,9 @@ class DecoderRunner(nn.Module):
             moved = cache[:, :bsz].gather(3, idx)
             cache[:, :bsz].scatter_(3, dst[None, :, None, :, None].expand_as(idx), moved)
 
+    def _rope_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        return positions if self.rope_offset is None else positions + self.rope_offset[: positions.shape[0], None]
+
     def _reduce(self, y: torch.Tensor) -> torch.Tensor:
         """Tensor parallel: the sum of every rank's partial o_proj / down_proj output; y itself at TP = 1."""
         return y if self.tp is None else self.tp.all_reduce(y.contiguous())
@@ -243,7 +260,9 @@ class DecoderRunner(nn.Module):
         s = self.max_len if attn_len is None else attn_len
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         x = self.embed(tokens)  # [B, T, H]
-        cos, sin = self.rotary(x, positions)  # [B, T, D], computed as transformers does
+        cos, sin = self.rotary(x, self._rope_positions(positions))  # [B, T, D], computed as transformers does
+        if cos.dim() == 4:  # an M-RoPE rotary of an older transformers: [3, B, T, D], equal components
+            cos, sin = cos[0], sin[0]
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
         slots = positions if slots is None else slots
         if tree_path is None:  # 1) each query at position p sees its own row's slots 0..p
@@ -288,12 +307,13 @@ class DecoderRunner(nn.Module):
         # a tree (any size) runs on the decode kernels: each node attends to the prefix and its ancestors' slots
         # in logical order (decode_attention's path), so with batch_invariant its logits are its chain's bit for bit
         path = None if tree_path is None else tree_path.contiguous()
-        wslots = None if path is None else (positions if slots is None else slots).reshape(n).contiguous()
+        offset = self.rope_offset is not None
+        wslots = None if path is None and not offset else (positions if slots is None else slots).reshape(n).contiguous()
         small = t <= DECODE_KERNEL_MAX_T or path is not None
         invariant = self.batch_invariant and small
         lin = invariant_linear if invariant else skinny_linear
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        pos = positions.reshape(n).contiguous()
+        pos = self._rope_positions(positions).reshape(n).contiguous()  # rotary positions; wslots: where to write
         x = F.embedding(tokens.reshape(n), self.embed.weight)  # [N, H]
         pending: torch.Tensor | None = None  # the last sublayer's output, not yet added to x
         layer_hidden: list[torch.Tensor] = []

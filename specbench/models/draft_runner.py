@@ -44,7 +44,7 @@ def make_draft_runner(hf_model: nn.Module, backend: str = "auto", num_layers: in
     """The draft's runner, chosen from the DRAFT's own config (under CUDA graphs when `graphs` and it is
     our decoder), guarded against target-only ids."""
     pad = getattr(getattr(hf_model.config, "text_config", hf_model.config), "pad_token_id", None)
-    runner = maybe_graphed(make_vlm_aware_runner(hf_model, backend, num_layers, batch_invariant), graphs)
+    runner = maybe_graphed(make_vlm_aware_runner(hf_model, backend, num_layers, batch_invariant, graphs=graphs), graphs)
     return OutOfVocabGuard(runner, pad if isinstance(pad, int) and 0 <= pad < runner.vocab_size else 0)
 
 

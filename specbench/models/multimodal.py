@@ -9,10 +9,18 @@ that row alone (never broadcast from row 0), plus its rope delta. A token at slo
 prompt (generated or drafted) sits at position s + delta in all three components, as in
 transformers' generate. Text-only rows get plain sequential positions in all three.
 
-Every forward embeds the row's slot history and overwrites the image slots with the cached image
-embeddings (by slot, not by token id: a generated id equal to the image token id is an ordinary
-token), then runs the language model over the prefix (recompute, like TransformersRunner: exact
-and O(length) per call; meant for correctness and for tiny models, not for speed figures).
+VLMRunner (the reference, engine.backend=transformers): every forward embeds the row's slot history
+and overwrites the image slots with the cached image embeddings (by slot, not by token id: a
+generated id equal to the image token id is an ordinary token), then runs the language model over
+the prefix (recompute, like TransformersRunner: exact and O(length) per call).
+
+FastVLMRunner (the default, engine.backend=auto): the prefill is the reference's forward over the
+prompts, run once with transformers' cache, whose keys and values are copied into our decoder's
+static cache; every later forward (verify, draft steps, trees) runs on our decoder (models/decoder.py,
+its kernels and CUDA graphs) over that cache. A token past its row's prompt has all three M-RoPE
+components equal to slot + rope delta, where M-RoPE is the plain 1-D rotary: the decoder takes it as a
+per-row rotary offset (DecoderRunner.rope_offset) while slots and attention stay by slot. So a step
+costs what a text model's step costs, O(1) in the generated length, not O(length).
 
 Traps avoided (the vLLM draft-model pull request for multimodal targets): whether a model is
 multimodal is decided from its own config (`make_vlm_aware_runner` over the draft's own model),
@@ -33,7 +41,8 @@ import torch
 from torch import nn
 
 from specbench.errors import ConfigError, unknown
-from specbench.models.decoder import ForwardOutput
+from specbench.models.cuda_graphs import maybe_graphed
+from specbench.models.decoder import VLM_TEXT_ARCHS, ForwardOutput
 from specbench.models.runner import BACKENDS, DecoderRunner, TransformersRunner, make_runner
 
 # model_type of the M-RoPE VLMs this runner drives (their rope index and image features)
@@ -54,8 +63,10 @@ def raise_if_unsupported_vlm(config: Any) -> None:
 
 
 def make_vlm_aware_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None,
-                          batch_invariant: bool = True, tp: Any = None) -> VLMRunner | DecoderRunner | TransformersRunner:
-    """VLMRunner when the model's own config is a VLM, else `runner.make_runner` (our decoder or transformers)."""
+                          batch_invariant: bool = True, tp: Any = None,
+                          graphs: bool = False) -> VLMRunner | DecoderRunner | TransformersRunner:
+    """For a VLM (judged by the model's own config): FastVLMRunner (backend auto / native; its decoder under CUDA
+    graphs when `graphs`), or the reference VLMRunner (backend transformers). Else `runner.make_runner`."""
     if not is_multimodal(hf_model.config):
         return make_runner(hf_model, backend, num_layers, batch_invariant=batch_invariant, tp=tp)
     raise_if_unsupported_vlm(hf_model.config)
@@ -64,14 +75,11 @@ def make_vlm_aware_runner(hf_model: nn.Module, backend: str = "auto", num_layers
                           f"({hf_model.config.model_type!r}); allowed: tensor_parallel=1 (VLMRunner is not split)")
     if backend not in BACKENDS:
         raise unknown("engine.backend", backend, BACKENDS)
-    if backend == "native":
-        raise ConfigError(
-            f"engine.backend=native but {hf_model.config.model_type!r} is a vision-language model, which our decoder "
-            f"does not run; use engine.backend=auto or transformers (VLMRunner)"
-        )
     if num_layers is not None:
         raise ConfigError("a truncated vision-language model (num_layers) is not supported; use a text model for layer-skip")
-    return VLMRunner(hf_model)
+    if backend == "transformers":
+        return VLMRunner(hf_model)
+    return FastVLMRunner(hf_model, batch_invariant=batch_invariant, graphs=graphs)
 
 
 def image_processor_for(model: Any) -> Any | None:
@@ -198,6 +206,22 @@ class VLMRunner(TransformersRunner):
         assert self.history is not None, "call allocate() first"
         s = self.max_len if attn_len is None else attn_len
         self.history.scatter_(1, positions, tokens)
+        return self._outputs(self._language(s, bool(hidden_layers)), positions, logits_at, want_hidden, hidden_layers)
+
+    def _outputs(self, out: Any, positions: torch.Tensor, logits_at: torch.Tensor | None, want_hidden: bool,
+                 hidden_layers: tuple[int, ...]) -> ForwardOutput:
+        """The language model's output at the forward's slots: logits at `logits_at` columns, hidden states."""
+        cols = positions if logits_at is None else positions.gather(1, logits_at)  # [B, T']
+        last = out.last_hidden_state  # [B, S, H] after the final norm
+        pick = lambda h, c: h.gather(1, c[..., None].expand(-1, -1, h.shape[-1]))  # noqa: E731
+        logits = self.hf_model.lm_head(pick(last, cols)).float()
+        hidden = pick(last, positions) if want_hidden else None
+        layer_hidden = [pick(out.hidden_states[i + 1], positions) for i in hidden_layers]
+        return ForwardOutput(logits=logits, hidden=hidden, layer_hidden=layer_hidden)
+
+    def _language(self, s: int, all_hidden: bool, cache: Any = None) -> Any:
+        """The language model over slots [0, s) of every row: the slot history embedded, image slots overwritten by
+        their image embeddings, DeepStack features, M-RoPE positions (`cache`: transformers' cache to fill)."""
         embeds = self.language_model.get_input_embeddings()(self.history[:, :s])  # [B, S, H]
         extra: dict[str, Any] = {}
         visual_mask = torch.zeros(embeds.shape[:2], dtype=torch.bool, device=embeds.device)  # [B, S]
@@ -212,12 +236,77 @@ class VLMRunner(TransformersRunner):
         if deep and deep[0]:  # Qwen3-VL DeepStack: features added to image slots after the first layers
             extra = {"visual_pos_masks": visual_mask,
                      "deepstack_visual_embeds": [torch.cat(per_layer, dim=0) for per_layer in zip(*deep)]}
-        out = self.language_model(inputs_embeds=embeds, position_ids=self.position_ids[:, :, :s], use_cache=False,
-                                  output_hidden_states=bool(hidden_layers), **extra)
-        cols = positions if logits_at is None else positions.gather(1, logits_at)  # [B, T']
-        last = out.last_hidden_state  # [B, S, H] after the final norm
-        pick = lambda h, c: h.gather(1, c[..., None].expand(-1, -1, h.shape[-1]))  # noqa: E731
-        logits = self.hf_model.lm_head(pick(last, cols)).float()
-        hidden = pick(last, positions) if want_hidden else None
-        layer_hidden = [pick(out.hidden_states[i + 1], positions) for i in hidden_layers]
-        return ForwardOutput(logits=logits, hidden=hidden, layer_hidden=layer_hidden)
+        if cache is not None:  # transformers >= 5.24 names it `cache` (past_key_values deprecated), earlier past_key_values
+            key = "cache" if "cache" in inspect.signature(self.language_model.forward).parameters else "past_key_values"
+            extra[key] = cache
+        return self.language_model(inputs_embeds=embeds, position_ids=self.position_ids[:, :, :s], use_cache=cache is not None,
+                                   output_hidden_states=all_hidden, **extra)
+
+
+class FastVLMRunner(VLMRunner):
+    """VLMRunner's images and M-RoPE positions, with the language model on our decoder past the prefill (see the
+    module docstring). The prefill is the first forward after allocate() or begin_batch() (the engine's, or a
+    draft's first catch-up: slots 0.. of every row); every later forward goes to the decoder."""
+
+    verifies_trees = True  # past the prefill the decoder verifies trees
+
+    def __init__(self, hf_model: nn.Module, batch_invariant: bool = True, graphs: bool = False) -> None:
+        super().__init__(hf_model)
+        self.decoder = DecoderRunner(hf_model, batch_invariant=batch_invariant)
+        self.step = maybe_graphed(self.decoder, graphs)  # the decoder, or it under CUDA graphs
+        self.prefilled = False
+
+    def allocate(self, batch_size: int, max_len: int) -> None:
+        super().allocate(batch_size, max_len)
+        self.step.allocate(batch_size, max_len)
+        self.prefilled = False
+        rows = self.decoder.k_cache.shape[1]  # CUDA graphs round the rows up to a bucket
+        if self.decoder.rope_offset is None or self.decoder.rope_offset.shape[0] != rows:
+            self.decoder.rope_offset = torch.zeros(rows, dtype=torch.long, device=self.device)
+
+    def begin_batch(self, prompts: list[list[int]], mm_inputs: list[dict | None] | None) -> None:
+        super().begin_batch(prompts, mm_inputs)
+        self.prefilled = False
+        offset = self.decoder.rope_offset
+        offset.zero_()
+        offset[: len(prompts)] = torch.tensor(self.rope_deltas, dtype=torch.long)
+        most = max(self.rope_deltas, default=0)
+        if self.decoder.max_len + most > self.decoder.rope_cos.shape[0]:  # rotary positions past the cache's slots
+            self.decoder.rope_table(self.decoder.max_len + most)  # (rare: image rows' deltas are <= 0)
+            if self.step is not self.decoder:  # graphs captured over the old tables are dropped
+                self.step.graphs.clear()
+
+    def move_kv(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        self.decoder.move_kv(src, dst)
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, attn_len: int | None = None,
+                logits_at: torch.Tensor | None = None, want_hidden: bool = False, hidden_layers: tuple[int, ...] = (),
+                slots: torch.Tensor | None = None, tree_mask: torch.Tensor | None = None,
+                tree_path: torch.Tensor | None = None) -> ForwardOutput:
+        """tokens, positions [B, T] (positions are slots). A prefill (every row from slot 0) runs the reference forward
+        and fills the decoder's cache with its keys and values; anything else runs on the decoder."""
+        if not self.prefilled:
+            return self._prefill(tokens, positions, attn_len, logits_at, want_hidden, hidden_layers)
+        return self.step(tokens, positions, attn_len=attn_len, logits_at=logits_at, want_hidden=want_hidden,
+                         hidden_layers=hidden_layers, slots=slots, tree_mask=tree_mask, tree_path=tree_path)
+
+    def _prefill(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers) -> ForwardOutput:
+        from transformers import DynamicCache
+
+        bsz, t = tokens.shape
+        self.history.scatter_(1, positions, tokens)
+        cache = DynamicCache()
+        out = self._language(t, bool(hidden_layers), cache)
+        for i, (k, v) in enumerate(_cache_layers(cache)):  # [B, Hkv, T, D] each, after q/k-norm and rotary
+            self.decoder.k_cache[i, :bsz, :, :t] = k
+            self.decoder.v_cache[i, :bsz, :, :t] = v
+        self.prefilled = True
+        return self._outputs(out, positions, logits_at, want_hidden, hidden_layers)
+
+
+def _cache_layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) per layer of a transformers DynamicCache (its `layers` in transformers 5; key_cache before)."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache))

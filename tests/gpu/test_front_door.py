@@ -189,3 +189,17 @@ def test_tensor_parallel_2_self_draft_is_exact_8b(tmp_path: Path):
         assert r["run"]["tensor_parallel"] == 2
         _assert_exact(r)
         assert r["strategy"]["acceptance_length"] == 4.0, r["strategy"]["acceptance_length"]
+
+
+def test_vlm_target_on_the_fast_path_3b(tmp_path: Path):
+    """Qwen2.5-VL-3B (random) on FastVLMRunner: the image prompts' prefill through transformers, every later forward
+    on our decoder under CUDA graphs (no capture while timing); with the 0.6B text draft T=0 output equals
+    target-only decoding, and drafting for itself it accepts everything at T=0 and T=1."""
+    results = _sweep(tmp_path, "logger=none", "max_new_tokens=32", "engine.ignore_eos=true", "dataset=images",
+                     "dataset.num_prompts=6", "engine.batch_size=3", "target=qwen2.5-vl-3b-random", "strategy=draft_model",
+                     "draft=qwen3-0.6b-random,self", "strategy.k=3", "sampling.temperature=0,1")
+    assert len(results) == 4
+    for r in results:
+        _assert_exact(r)
+        if r["run"]["draft"] == r["run"]["target"]:
+            assert r["strategy"]["acceptance_length"] == 4.0, r["strategy"]["acceptance_length"]

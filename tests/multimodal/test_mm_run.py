@@ -36,9 +36,13 @@ def test_the_offline_image_demo_runs_and_is_lossless(tmp_path: Path, target, dra
     assert sum(image_id in line["prompt_token_ids"] for line in lines) == 5  # 5 image prompts, 1 text-only
 
 
-def test_a_vlm_target_refuses_trees_before_decoding(tmp_path: Path):
-    """Its runner verifies chains only: strategy.tree other than chain is a ConfigError naming both, not a TypeError
-    from the first tree verify."""
+def test_trees_on_a_vlm_target_run_on_the_fast_path_and_are_refused_on_the_reference(tmp_path: Path):
+    """FastVLMRunner verifies trees on our decoder past the prefill (lossless, a self-draft accepts everything); the
+    reference VLMRunner (engine.backend=transformers) verifies chains only: a ConfigError naming both, not a
+    TypeError from the first tree verify."""
+    tree = ["target=tiny-qwen3-vl", "draft=self", "strategy.k=2", "strategy.tree=topk", "strategy.top_k=2"]
+    run(_cfg(*DEMO, *tree, f"+output_dir={tmp_path / 'fast'}"))
+    results = json.loads((tmp_path / "fast" / "results.json").read_text())
+    assert results["exact_match"]["all_equal"] and results["strategy"]["acceptance_length"] == 3.0
     with pytest.raises(ConfigError, match=r"strategy.tree=topk with target .*tiny-qwen3-vl.*allowed: strategy.tree=chain"):
-        run(_cfg(*DEMO, "target=tiny-qwen3-vl", "draft=self", "strategy.k=2", "strategy.tree=topk", "strategy.top_k=2",
-                 f"+output_dir={tmp_path}"))
+        run(_cfg(*DEMO, *tree, "engine.backend=transformers", f"+output_dir={tmp_path / 'reference'}"))

@@ -1,5 +1,6 @@
-"""VLMRunner: greedy decoding equals transformers' own generate (pixel values, grid sizes), per-row
-M-RoPE positions in a batch that mixes image, two-image and text-only prompts, and the guards."""
+"""VLMRunner (the reference) and FastVLMRunner (our decoder past the prefill): greedy decoding equals transformers'
+own generate (pixel values, grid sizes), per-row M-RoPE positions in a batch that mixes image, two-image and
+text-only prompts, and the guards."""
 
 from __future__ import annotations
 
@@ -14,20 +15,23 @@ from specbench.data.images import ImagePrompt
 from specbench.errors import ConfigError
 from specbench.models.decoder import DecoderRunner
 from specbench.models.draft_runner import make_draft_runner
-from specbench.models.multimodal import VLMRunner, make_vlm_aware_runner
+from specbench.models.cuda_graphs import GraphedRunner
+from specbench.models.multimodal import FastVLMRunner, VLMRunner, make_vlm_aware_runner
 from specbench.strategies.none import TargetOnly
 
 KINDS = ["qwen2_5_vl", "qwen3_vl"]
 
 
+@pytest.mark.parametrize("backend,graphs", [("auto", False), ("auto", True), ("transformers", False)],
+                         ids=["fast", "fast-graphed", "reference"])
 @pytest.mark.parametrize("kind", [*KINDS, "qwen2_vl"])
-def test_target_only_equals_transformers_generate_at_batch_1_and_3(kind):
+def test_target_only_equals_transformers_generate_at_batch_1_and_3(kind, backend, graphs):
     target = tv.vlm(kind)
     ids, mms = tv.encoded(target, tv.mixed_prompts())
     assert [mm is None for mm in mms] == [False, False, True] and mms[1]["image_grid_thw"].shape[0] == 2
     expected = [tv.hf_greedy(target.model, i, m, 16) for i, m in zip(ids, mms)]
-    ctx = tv.context(target, None)
-    assert isinstance(ctx.target_runner, VLMRunner)
+    ctx = tv.context(target, None, backend=backend, graphs=graphs)
+    assert type(ctx.target_runner) is (FastVLMRunner if backend == "auto" else VLMRunner)
     for batch_size in (1, 3):
         rows = tv.decode(ctx, TargetOnly(ctx), ids, mms, batch_size, 16)
         assert [r.output_ids for r in rows] == expected, f"batch {batch_size}"
@@ -88,12 +92,13 @@ def test_a_generated_image_token_id_is_an_ordinary_token():
 
 def test_the_runner_is_chosen_from_the_models_own_config():
     vlm, text = tv.vlm(), tv.text_draft()
-    assert isinstance(make_vlm_aware_runner(vlm.model), VLMRunner)
+    assert type(make_vlm_aware_runner(vlm.model)) is FastVLMRunner
+    assert type(make_vlm_aware_runner(vlm.model, "native")) is FastVLMRunner
+    assert type(make_vlm_aware_runner(vlm.model, "transformers")) is VLMRunner
+    assert isinstance(make_vlm_aware_runner(vlm.model, graphs=True).step, GraphedRunner)
     assert isinstance(make_vlm_aware_runner(text.model), DecoderRunner)
     assert not hasattr(make_draft_runner(text.model), "begin_batch")  # a text draft never sees images
     assert hasattr(make_draft_runner(vlm.model), "begin_batch")
-    with pytest.raises(ConfigError, match="backend=native.*vision-language"):
-        make_vlm_aware_runner(vlm.model, "native")
     fake = SimpleNamespace(config=SimpleNamespace(model_type="llava", vision_config=object()))
     with pytest.raises(ConfigError, match="'llava' is a vision-language model.*allowed: qwen2_vl, qwen2_5_vl, qwen3_vl"):
         make_vlm_aware_runner(fake)
@@ -102,7 +107,7 @@ def test_the_runner_is_chosen_from_the_models_own_config():
 def test_the_vlm_runners_are_runners():
     """models.runner.Runner: the VLM runner and a VLM draft's guarded runner (the text runners: tests/models)."""
     vlm = tv.vlm()
-    for runner in (VLMRunner(vlm.model), make_draft_runner(vlm.model)):
+    for runner in (VLMRunner(vlm.model), FastVLMRunner(vlm.model), make_draft_runner(vlm.model)):
         assert_runner(runner)
 
 

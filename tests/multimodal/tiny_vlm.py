@@ -219,12 +219,13 @@ def hf_greedy_no_cache(model, ids: list[int], mm: dict | None, max_new: int) -> 
     return out[len(ids):]
 
 
-def context(target: LoadedModel, draft: LoadedModel | None, params=None):
+def context(target: LoadedModel, draft: LoadedModel | None, params=None, backend: str = "auto", graphs: bool = False):
+    """backend auto: FastVLMRunner (graphs: its decoder through GraphedRunner's code path); transformers: VLMRunner."""
     from specbench.models.multimodal import make_vlm_aware_runner
     from specbench.strategies.base import BuildContext
     from specbench.verify import SamplingParams
 
-    return BuildContext(target=target, target_runner=make_vlm_aware_runner(target.model), draft=draft,
+    return BuildContext(target=target, target_runner=make_vlm_aware_runner(target.model, backend, graphs=graphs), draft=draft,
                         sampling=params or SamplingParams(), device=CPU)
 
 
