@@ -125,6 +125,7 @@ class DecoderRunner(nn.Module):
         self.num_kv_heads = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.qk_norm = archs[cfg.model_type]
+        self.mrope = cfg.model_type in VLM_TEXT_ARCHS  # its rotary takes [3, B, T] positions (M-RoPE components)
         self.scaling = self.head_dim**-0.5
         self.use_kernels = use_kernels
         self.batch_invariant = batch_invariant
@@ -187,10 +188,16 @@ class DecoderRunner(nn.Module):
     def rope_table(self, n: int) -> None:
         """The rotary tables for positions 0..n-1 (allocate: the cache's slots; more for rows with a positive offset)."""
         with torch.inference_mode():
-            pos = torch.arange(n, device=self.device)[None]
-            cos, sin = self.rotary(self.k_cache.new_empty(1), pos)  # [1, S, D] (M-RoPE: [3, 1, S, D]), the model's dtype
-        cos, sin = (cos[0], sin[0]) if cos.dim() == 3 else (cos[0, 0], sin[0, 0])
-        self.rope_cos, self.rope_sin = cos.contiguous(), sin.contiguous()
+            cos, sin = self._rotary(self.k_cache.new_empty(1), torch.arange(n, device=self.device)[None])  # [1, S, D]
+        self.rope_cos, self.rope_sin = cos[0].contiguous(), sin[0].contiguous()
+
+    def _rotary(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """transformers' own rotary at positions [B, T] -> cos, sin [B, T, D]. An M-RoPE rotary (a VLM's language model)
+        takes the three components [3, B, T] (transformers 5.17 requires them), here all equal."""
+        if not self.mrope:
+            return self.rotary(x, positions)
+        cos, sin = self.rotary(x, positions[None].expand(3, *positions.shape))
+        return (cos[0], sin[0]) if cos.dim() == 4 else (cos, sin)  # [3, B, T, D] where not recomposed
 
     @property
     def max_len(self) -> int:
@@ -260,9 +267,7 @@ class DecoderRunner(nn.Module):
         s = self.max_len if attn_len is None else attn_len
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         x = self.embed(tokens)  # [B, T, H]
-        cos, sin = self.rotary(x, self._rope_positions(positions))  # [B, T, D], computed as transformers does
-        if cos.dim() == 4:  # an M-RoPE rotary of an older transformers: [3, B, T, D], equal components
-            cos, sin = cos[0], sin[0]
+        cos, sin = self._rotary(x, self._rope_positions(positions))  # [B, T, D], computed as transformers does
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
         slots = positions if slots is None else slots
         if tree_path is None:  # 1) each query at position p sees its own row's slots 0..p
