@@ -207,14 +207,15 @@ def checkpoint_record(given: str | Path | None, kind: str, target: Any) -> dict[
     with open(weights, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
-    try:
-        from specbench.strategies.formats import trained_for as named_target
+    from specbench.strategies import formats
 
-        trained_for = named_target(json.loads(config.read_text(encoding="utf-8")))
+    try:
+        trained_for = formats.trained_for(json.loads(config.read_text(encoding="utf-8")))
     except (OSError, ValueError, AttributeError):
         trained_for = None
+    published = formats.detect(weights, config, str(given))
     return {"given": str(given), "weights": str(weights), "config": str(config), "weights_sha256": digest.hexdigest(),
-            "trained_for": trained_for}
+            "trained_for": trained_for, "format": published.format if published else "specbench"}
 
 
 def raise_if_head_does_not_fit_preset(kind: str, path: str | Path, cfg: Any, target: Any) -> None:

@@ -20,6 +20,10 @@ from its q and returns it.
 
 Checkpoints: a directory (or its model.safetensors) holding `model.safetensors` and `config.json`
 ({"kind": "eagle", ...}); train one with `python -m specbench.train strategy=eagle target=<preset>`.
+Published EAGLE-1/2, EAGLE-3 and speculators (eagle, eagle3) checkpoints load too, by directory or hub
+id: formats.py maps them onto the EagleConfig switches below (fc_bias, input_layernorm, final_norm,
+eagle3_layer with its reduced vocabulary d2t, own_embedding); `python -m specbench.export` writes ours as
+speculators.
 A path that does not exist is an error naming it (never another directory's files); the config and
 the weights' header are read, and checked against the target's known sizes, before any model loads.
 """

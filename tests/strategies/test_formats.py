@@ -362,7 +362,26 @@ def test_medusa_format_decodes_losslessly(llama, tmp_path):
     prompts = ragged_prompts(V)
     rows = _generate(llama, MedusaProposer(_ctx(llama), k=3, checkpoint=ckpt), prompts)
     assert [r.output_ids for r in rows] == hf_greedy(llama.model, prompts, 10)
-    assert MedusaProposer.checkpoint_record(cfg, llama.spec)["trained_for"] == "tiny-llama"
+    record = MedusaProposer.checkpoint_record(cfg, llama.spec)
+    assert record["trained_for"] == "tiny-llama" and record["format"] == "medusa"
+
+
+def test_strategy_checkpoint_takes_a_published_directory_through_run(tmp_path):
+    """python -m specbench strategy=eagle target=tiny-llama strategy.checkpoint=<EAGLE-1 dir>: lossless, recorded."""
+    from hydra import compose, initialize_config_dir
+
+    from specbench.config import CONF_DIR
+    from specbench.run import run
+
+    ckpt = write_eagle1(tmp_path / "eagle1")
+    overrides = ["strategy=eagle", "target=tiny-llama", f"strategy.checkpoint={ckpt}", "dataset=builtin",
+                 "dataset.num_prompts=2", "max_new_tokens=8", "logger=none", f"+output_dir={tmp_path / 'out'}"]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    results = run(cfg).results
+    assert results["exact_match"]["all_equal"] and results["exact_match"]["n"] == 2
+    assert results["run"]["checkpoint"]["format"] == "eagle1"
+    assert results["run"]["checkpoint"]["weights"].endswith("pytorch_model.bin")
 
 
 # -- refused checkpoints: ConfigErrors naming what differs, before any model loads --------------------------------------
