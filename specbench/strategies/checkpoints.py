@@ -231,11 +231,13 @@ def raise_if_head_does_not_fit_preset(kind: str, path: str | Path, cfg: Any, tar
 
 def raise_if_head_does_not_fit(kind: str, path: str | Path, cfg: Any, tc: Any, target_label: str) -> None:
     """A drafter head (eagle, medusa) reads a text decoder's hidden states and shares its LM head:
-    refuse a VLM target, and a checkpoint trained for another hidden size or a larger vocabulary."""
+    refuse a VLM target, and a checkpoint trained for another hidden size or a larger vocabulary (for a published
+    format, any other vocabulary size: EAGLE-3's t2d, EAGLE-1's and Medusa's LM heads are the target's size)."""
     if getattr(tc, "vision_config", None) is not None:
         raise ConfigError(f"strategy {kind} reads a text decoder's hidden states; target {target_label!r} is a "
                           f"vision-language model ({tc.model_type}). Use strategy=draft_model for VLM targets")
-    if cfg.hidden_size != tc.hidden_size or cfg.vocab_size > tc.vocab_size:
+    published = getattr(cfg, "format", "specbench") != "specbench"  # their vocabularies are the target's, exactly
+    if cfg.hidden_size != tc.hidden_size or cfg.vocab_size > tc.vocab_size or (published and cfg.vocab_size != tc.vocab_size):
         raise ConfigError(f"{kind} checkpoint {str(path)!r} was trained for hidden size {cfg.hidden_size}, vocab "
                           f"{cfg.vocab_size} (target {cfg.target!r}); target {target_label!r} has {tc.hidden_size}, "
                           f"{tc.vocab_size}. {TRAIN_HINT.format(kind=kind)}")

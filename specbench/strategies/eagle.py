@@ -71,6 +71,7 @@ class EagleConfig:
     draft_vocab_size: int | None = None  # own LM head over a draft vocabulary (EAGLE-3, d2t); None: the target's
     own_embedding: bool = False  # the checkpoint carries its own embed_tokens (else the target's is shared)
     rope_theta: float | None = None  # the checkpoint's RoPE base when it states one (checked against the target's)
+    format: str = "specbench"  # the layout it was read from (formats.FORMATS); specbench's own when trained here
 
     @classmethod
     def for_target(cls, hf_config: Any, fuse_layers: list[int] | None = None, target: str = "") -> EagleConfig:

@@ -175,7 +175,8 @@ def eagle_config(pub: Published, target_layers: int | None = None) -> Any:
     if pub.format == "eagle1":
         f = _llama_layer(pub, raw, int(raw["hidden_size"]))
         return EagleConfig(**f, fc_bias="fc.bias" in names, input_layernorm="layers.0.input_layernorm.weight" in names,
-                           final_norm="none", own_embedding="embed_tokens.weight" in names, target=trained_for(raw) or "")
+                           final_norm="none", own_embedding="embed_tokens.weight" in names, target=trained_for(raw) or "",
+                           format=pub.format)
     if pub.format == "speculators-eagle":
         ext = raw.get(SPECBENCH_EXTENSION) or {}
         if raw.get("layernorms"):
@@ -187,7 +188,8 @@ def eagle_config(pub: Published, target_layers: int | None = None) -> Any:
         return EagleConfig(**f, fc_bias="fusion_fc.bias" in names,
                            input_layernorm="transformer.input_layernorm.weight" in names,
                            final_norm=ext.get("final_norm", "none"), fuse_layers=list(fuse) if fuse else None,
-                           own_embedding="embed_tokens.weight" in names, target=trained_for(raw) or "")
+                           own_embedding="embed_tokens.weight" in names, target=trained_for(raw) or "",
+                           format=pub.format)
     # EAGLE-3 (SafeAILab or speculators)
     if pub.format == "eagle3":
         lc, hidden = raw, int(raw["hidden_size"])
@@ -213,7 +215,7 @@ def eagle_config(pub: Published, target_layers: int | None = None) -> Any:
     dv = int(raw.get("draft_vocab_size") or f["vocab_size"])
     return EagleConfig(**f, fuse_layers=fuse, eagle3_layer=True, final_norm="own", draft_vocab_size=dv,
                        norm_before_residual=bool(raw.get("norm_before_residual", False)),
-                       own_embedding="embed_tokens.weight" in names, target=trained_for(raw) or "")
+                       own_embedding="embed_tokens.weight" in names, target=trained_for(raw) or "", format=pub.format)
 
 
 def eagle_state(pub: Published, cfg: Any) -> dict[str, torch.Tensor]:
@@ -282,7 +284,7 @@ def medusa_config(pub: Published, target_vocab: int | None = None) -> Any:
         raise _refuse(pub, f"heads {trained} are not 0..n-1")
     # Medusa's loader keeps the configured count; the uploaded configs sometimes name more heads than the file holds
     return MedusaConfig(hidden_size=hidden, num_heads=min(heads, len(trained)), vocab_size=lm[0], num_layers=layers,
-                        own_lm_heads=True, target=trained_for(raw) or "")
+                        own_lm_heads=True, target=trained_for(raw) or "", format=pub.format)
 
 
 def _medusa_shapes(pub: Published) -> dict[tuple[int, int, str], tuple[int, ...]]:

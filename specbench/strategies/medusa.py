@@ -42,6 +42,7 @@ class MedusaConfig:
     kind: str = "medusa"
     num_layers: int = 1  # times each head's block is applied (Medusa's `[ResBlock(h)] * medusa_num_layers` repeats one)
     own_lm_heads: bool = False  # each head has its own LM head (the Medusa authors' format); False: the target's, shared
+    format: str = "specbench"  # the layout it was read from (formats.FORMATS); specbench's own when trained here
 
 
 class MedusaHeads(nn.Module):

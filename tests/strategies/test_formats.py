@@ -329,6 +329,15 @@ def test_eagle_formats_decode_losslessly(fmt, llama, deep, tmp_path):
     assert len(record["weights_sha256"]) == 64
 
 
+@pytest.mark.parametrize("tree", [dict(tree="dynamic", top_k=3, num_nodes=7), dict(tree="topk", top_k=2)])
+def test_eagle3_trees_decode_losslessly(tree, deep, tmp_path):
+    """EAGLE-3's own drafting is a dynamic tree; with a reduced vocabulary only its ids can branch."""
+    ckpt = write_speculators_eagle3(tmp_path)
+    prompts = ragged_prompts(V, lengths=(5, 9, 3, 12))
+    rows = _generate(deep, EagleProposer(_ctx(deep), k=3, checkpoint=ckpt, **tree), prompts)
+    assert [r.output_ids for r in rows] == hf_greedy(deep.model, prompts, 10)
+
+
 def test_eagle3_samples_only_its_draft_vocabulary(deep, tmp_path):
     """T > 0: q is zero outside the draft vocabulary (logits -inf there), and decoding runs."""
     ckpt = write_eagle3(tmp_path)
@@ -392,6 +401,9 @@ def test_a_mismatched_hidden_size_or_vocabulary_is_a_config_error(llama, tmp_pat
     cfg = json.loads((tmp_path / "e1" / "config.json").read_text())
     (tmp_path / "e1" / "config.json").write_text(json.dumps({**cfg, "vocab_size": 500}))
     with pytest.raises(ConfigError, match="vocab 500.*has 48, 101"):
+        EagleProposer.validate_for_target({"name": "eagle", "k": 2, "checkpoint": ckpt}, llama.spec, "torch")
+    (tmp_path / "e1" / "config.json").write_text(json.dumps({**cfg, "vocab_size": 64}))  # smaller: another tokenizer
+    with pytest.raises(ConfigError, match="vocab 64.*has 48, 101"):
         EagleProposer.validate_for_target({"name": "eagle", "k": 2, "checkpoint": ckpt}, llama.spec, "torch")
     arch = {**PRESETS["tiny-llama"].arch, "num_hidden_layers": 7, "hidden_size": 96}
     wide_spec = ModelSpec(name="wide", source="random", arch=arch, known=known_sizes(arch))
