@@ -19,6 +19,7 @@ the target; `random` is a random-initialised head for any target, built from a f
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -123,6 +124,7 @@ def checkpoint_files(path: str | Path | None, kind: str) -> tuple[Path, Path]:
     return weights.resolve(), config.resolve()
 
 
+@functools.lru_cache(maxsize=16)  # validate, load and record resolve the same id: ask the hub once per process
 def hub_snapshot(repo_id: str, kind: str) -> Path:
     """A hub checkpoint's local snapshot (config.json and weights only), via huggingface_hub; a ConfigError naming
     the id when it cannot be fetched (this machine may have no hub)."""

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from specbench.errors import ConfigError, read_json_object
-from specbench.strategies.checkpoints import read_weights
+from specbench.strategies.checkpoints import check_weights, read_weights
 
 FORMATS = ("specbench", "eagle1", "eagle3", "medusa", "speculators-eagle", "speculators-eagle3")
 KIND = {"eagle1": "eagle", "eagle3": "eagle", "speculators-eagle": "eagle", "speculators-eagle3": "eagle",
@@ -72,20 +72,25 @@ class Published:
         return KIND[self.format]
 
 
-def _weight_names(weights: Path) -> list[str]:
-    """The tensor names of a weights file without reading the tensors (safetensors header) where possible."""
-    if weights.suffix == ".safetensors":
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(weights), "pt") as f:
-                return list(f.keys())
-        except Exception:  # noqa: BLE001 - a corrupt file: check_weights names it
-            return []
+def _shapes(weights: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes of a weights file without reading the tensors (the safetensors header; a torch zip
+    file memory-mapped); {} for a file that does not read (check_weights names it)."""
     try:
-        return list(read_weights(weights))
-    except ConfigError:
-        return []
+        if weights.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(weights), "pt") as f:
+                return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        import zipfile
+
+        state = torch.load(weights, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(weights))
+        return {k: tuple(v.shape) for k, v in state.items() if isinstance(v, torch.Tensor)}
+    except Exception:  # noqa: BLE001 - SafetensorError, UnpicklingError, ...
+        return {}
+
+
+def _weight_names(weights: Path) -> list[str]:
+    return list(_shapes(weights))
 
 
 def detect(weights: Path, config: Path, given: str) -> Published | None:
@@ -103,6 +108,8 @@ def detect(weights: Path, config: Path, given: str) -> Published | None:
     if "medusa_num_heads" in raw:
         return Published("medusa", weights, config, raw, given)
     names = _weight_names(weights)
+    if not names:
+        check_weights(weights)  # a file that does not read is named as such, not as an unknown format
     if any(n.startswith("midlayer.") for n in names):
         return Published("eagle3", weights, config, raw, given)
     if "fc.weight" in names and any(n.startswith("layers.0.") for n in names):
@@ -272,6 +279,7 @@ def medusa_config(pub: Published, target_vocab: int | None = None) -> Any:
                           f"one; use strategy={pub.kind} with it")
     raw = pub.raw
     heads, layers = int(raw["medusa_num_heads"]), int(raw.get("medusa_num_layers", 1))
+    check_weights(pub.weights)
     shapes = _medusa_shapes(pub)
     if (0, 0, "linear.weight") not in shapes:
         raise _refuse(pub, "no 0.0.linear.weight (head 0's ResBlock); a Medusa head file holds {i}.{j}.linear.* and {i}.{L}.weight")
@@ -289,11 +297,11 @@ def medusa_config(pub: Published, target_vocab: int | None = None) -> Any:
 
 def _medusa_shapes(pub: Published) -> dict[tuple[int, int, str], tuple[int, ...]]:
     out = {}
-    for name, t in read_weights(pub.weights).items():
+    for name, shape in _shapes(pub.weights).items():
         m = re.fullmatch(r"(\d+)\.(\d+)\.(linear\.weight|linear\.bias|weight)", name)
         if m is None:
             raise _refuse(pub, f"tensor {name!r} is not a Medusa head's ({'{i}.{j}.linear.*'} or {'{i}.{L}.weight'})")
-        out[(int(m[1]), int(m[2]), m[3])] = tuple(t.shape)
+        out[(int(m[1]), int(m[2]), m[3])] = shape
     return out
 
 

@@ -456,6 +456,16 @@ def test_a_bad_vocabulary_map_or_medusa_blocks_are_refused(llama, deep, tmp_path
         MedusaProposer(_ctx(llama), k=2, checkpoint=ckpt)
 
 
+@pytest.mark.parametrize("write", [write_medusa, write_eagle1])
+def test_a_truncated_published_weights_file_is_named(write, tmp_path):
+    write(tmp_path)
+    weights = next(p for p in tmp_path.iterdir() if p.name != "config.json")
+    weights.write_bytes(weights.read_bytes()[:-100])
+    cls = MedusaProposer if write is write_medusa else EagleProposer
+    with pytest.raises(ConfigError, match=f"checkpoint weights {weights.resolve()} could not be read"):
+        cls.validate({"name": "x", "k": 2, "checkpoint": str(tmp_path)})
+
+
 def test_a_checkpoint_of_the_other_kind_is_a_config_error(tmp_path):
     med, eag = write_medusa(tmp_path / "m"), write_eagle1(tmp_path / "e")
     with pytest.raises(ConfigError, match="holds a medusa drafter .medusa., not an eagle one; use strategy=medusa"):
