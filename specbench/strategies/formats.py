@@ -11,6 +11,11 @@
 | speculators `eagle` (vllm-project/speculators `models/eagle.py`, removed upstream in #332; vLLM `llama_eagle.py`) | `speculators_model_type: eagle`, `speculators_config`, `transformer_layer_config`, `layernorms`, `fusion_bias` | `fusion_fc.*`, `transformer.*` | EagleHead as EAGLE-1 |
 | speculators `eagle3` (speculators `models/eagle3/{config,core,model_definitions}.py`; vLLM `llama_eagle3.py`) | `speculators_model_type: eagle3`, `draft_vocab_size`, `norm_before_residual`, `eagle_aux_hidden_state_layer_ids` | `fc.weight`, `layers.0.*`, `norm.weight`, `lm_head.weight`, `d2t`, `t2d`, opt. `embed_tokens.weight` | as EAGLE-3 |
 
+vLLM's loaders agree on what matters here: `vllm/model_executor/models/llama_eagle3.py` renames `midlayer.` to
+`layers.0.`, maps draft logits to target ids as `arange(Vd) + draft_id_to_target_id` with -inf elsewhere,
+implements norm_before_residual, and feeds back the pre-norm output; `llama_eagle.py` replaces layer 0's
+input_layernorm with an identity and has no norm before the target's LM head.
+
 Conventions taken from those sources:
 - EAGLE-1's head reads the target's final-norm hidden state, concatenates [embedding, feature] into fc (with
   a bias unless config `bias: false`), skips its first layer's input_layernorm, and feeds its un-normalised
