@@ -215,9 +215,12 @@ def checkpoint_record(given: str | Path | None, kind: str, target: Any) -> dict[
         trained_for = formats.trained_for(json.loads(config.read_text(encoding="utf-8")))
     except (OSError, ValueError, AttributeError):
         trained_for = None
+    record = {"given": str(given), "weights": str(weights), "config": str(config), "weights_sha256": digest.hexdigest(),
+              "trained_for": trained_for}
     published = formats.detect(weights, config, str(given))
-    return {"given": str(given), "weights": str(weights), "config": str(config), "weights_sha256": digest.hexdigest(),
-            "trained_for": trained_for, "format": published.format if published else "specbench"}
+    if published is not None:  # a published layout converted on load (formats.FORMATS)
+        record["format"] = published.format
+    return record
 
 
 def raise_if_head_does_not_fit_preset(kind: str, path: str | Path, cfg: Any, target: Any) -> None:
