@@ -1,7 +1,10 @@
 """Drafter checkpoints (eagle, medusa): find their files, read them safely, check them before loading.
 
-A checkpoint is a directory holding `model.safetensors` (or `pytorch_model.bin`) and `config.json`,
-its weights file, or the name of a directory shipped in specbench/checkpoints/. A path that does not
+A checkpoint is a directory holding `model.safetensors` (or `pytorch_model.bin`, or Medusa's
+`medusa_lm_head.pt`) and `config.json`, its weights file, the name of a directory shipped in
+specbench/checkpoints/, or a hub id (org/name, downloaded with huggingface_hub when no such path
+exists). Besides specbench's own format, the published EAGLE-1/2, EAGLE-3, Medusa and speculators
+layouts load (formats.py converts them). A path that does not
 exist is an error naming it: nothing falls back to another directory's files. Weights load from
 safetensors, or with `torch.load(weights_only=True)`, never by unpickling arbitrary objects. Every
 failure to read a checkpoint is a ConfigError naming the file and what is allowed; validate() reads
@@ -16,8 +19,10 @@ the target; `random` is a random-initialised head for any target, built from a f
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import MISSING
 from pathlib import Path
@@ -30,7 +35,9 @@ from specbench.errors import ConfigError, read_json_object
 
 PACKAGED = Path(__file__).resolve().parents[1] / "checkpoints"  # drafters trained for the packaged presets
 TRAIN_HINT = "train one with `python -m specbench.train strategy={kind} target=<target preset>` (see specbench/checkpoints/README.md)"
-WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin")  # looked up, in this order, inside a checkpoint directory
+# looked up, in this order, inside a checkpoint directory (medusa_lm_head.*: the Medusa authors' head file)
+WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "medusa_lm_head.safetensors", "medusa_lm_head.pt")
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # org/name, as the hub spells repository ids
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _WEIGHTS_ALLOWED = ("allowed: a safetensors file, or a torch.save of a dict of tensors (read with "
                     "torch.load(weights_only=True); pickled Python objects are never loaded)")
@@ -95,6 +102,8 @@ def checkpoint_files(path: str | Path | None, kind: str) -> tuple[Path, Path]:
     p = Path(given).expanduser()
     if not p.exists() and (PACKAGED / given).exists():  # a checkpoint shipped in specbench/checkpoints/
         p = PACKAGED / given
+    if not p.exists() and HUB_ID.fullmatch(given) and not given.startswith((".", "/", "~")):
+        p = hub_snapshot(given, kind)
     if not p.exists():
         raise ConfigError(f"strategy.checkpoint={given!r} does not exist (resolved to {p.absolute()}); "
                           f"{_allowed_checkpoints(kind)}. Or {TRAIN_HINT.format(kind=kind)}")
@@ -113,6 +122,20 @@ def checkpoint_files(path: str | Path | None, kind: str) -> tuple[Path, Path]:
         raise ConfigError(f"strategy.checkpoint={given!r}: {config} not found (a drafter's config.json sits beside its "
                           f"weights); {_allowed_checkpoints(kind)}. Or {TRAIN_HINT.format(kind=kind)}")
     return weights.resolve(), config.resolve()
+
+
+@functools.lru_cache(maxsize=16)  # validate, load and record resolve the same id: ask the hub once per process
+def hub_snapshot(repo_id: str, kind: str) -> Path:
+    """A hub checkpoint's local snapshot (config.json and weights only), via huggingface_hub; a ConfigError naming
+    the id when it cannot be fetched (this machine may have no hub)."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, allow_patterns=["config.json", *WEIGHT_NAMES]))
+    except Exception as e:  # noqa: BLE001 - offline, unknown repo, gated ...
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+        raise ConfigError(f"strategy.checkpoint={repo_id!r} does not exist locally, and as a hub id it could not be "
+                          f"downloaded ({type(e).__name__}: {first[:200]}); {_allowed_checkpoints(kind)}") from None
 
 
 def read_checkpoint_config(config: Path, given: str, kind: str, fields: type) -> tuple[dict[str, Any], Any]:
@@ -186,12 +209,18 @@ def checkpoint_record(given: str | Path | None, kind: str, target: Any) -> dict[
     with open(weights, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
+    from specbench.strategies import formats
+
     try:
-        trained_for = json.loads(config.read_text(encoding="utf-8")).get("target") or None
+        trained_for = formats.trained_for(json.loads(config.read_text(encoding="utf-8")))
     except (OSError, ValueError, AttributeError):
         trained_for = None
-    return {"given": str(given), "weights": str(weights), "config": str(config), "weights_sha256": digest.hexdigest(),
-            "trained_for": trained_for}
+    record = {"given": str(given), "weights": str(weights), "config": str(config), "weights_sha256": digest.hexdigest(),
+              "trained_for": trained_for}
+    published = formats.detect(weights, config, str(given))
+    if published is not None:  # a published layout converted on load (formats.FORMATS)
+        record["format"] = published.format
+    return record
 
 
 def raise_if_head_does_not_fit_preset(kind: str, path: str | Path, cfg: Any, target: Any) -> None:
@@ -207,11 +236,13 @@ def raise_if_head_does_not_fit_preset(kind: str, path: str | Path, cfg: Any, tar
 
 def raise_if_head_does_not_fit(kind: str, path: str | Path, cfg: Any, tc: Any, target_label: str) -> None:
     """A drafter head (eagle, medusa) reads a text decoder's hidden states and shares its LM head:
-    refuse a VLM target, and a checkpoint trained for another hidden size or a larger vocabulary."""
+    refuse a VLM target, and a checkpoint trained for another hidden size or a larger vocabulary (for a published
+    format, any other vocabulary size: EAGLE-3's t2d, EAGLE-1's and Medusa's LM heads are the target's size)."""
     if getattr(tc, "vision_config", None) is not None:
         raise ConfigError(f"strategy {kind} reads a text decoder's hidden states; target {target_label!r} is a "
                           f"vision-language model ({tc.model_type}). Use strategy=draft_model for VLM targets")
-    if cfg.hidden_size != tc.hidden_size or cfg.vocab_size > tc.vocab_size:
+    published = getattr(cfg, "format", "specbench") != "specbench"  # their vocabularies are the target's, exactly
+    if cfg.hidden_size != tc.hidden_size or cfg.vocab_size > tc.vocab_size or (published and cfg.vocab_size != tc.vocab_size):
         raise ConfigError(f"{kind} checkpoint {str(path)!r} was trained for hidden size {cfg.hidden_size}, vocab "
                           f"{cfg.vocab_size} (target {cfg.target!r}); target {target_label!r} has {tc.hidden_size}, "
                           f"{tc.vocab_size}. {TRAIN_HINT.format(kind=kind)}")
@@ -227,11 +258,13 @@ def save_head(head: torch.nn.Module, config: Mapping[str, Any], directory: str |
     (directory / "config.json").write_text(json.dumps(dict(config), indent=1))
 
 
-def load_head(head: torch.nn.Module, weights: Path, path: str | Path, kind: str, target_model: torch.nn.Module) -> Any:
-    """Fill a drafter `head` from `weights`, frozen, on the target's device and dtype; a ConfigError naming the
-    checkpoint when its tensors do not match its config.json."""
+def load_head(head: torch.nn.Module, weights: Path, path: str | Path, kind: str, target_model: torch.nn.Module,
+              state: Mapping[str, torch.Tensor] | None = None) -> Any:
+    """Fill a drafter `head` from `weights` (or from `state`, its tensors already converted from a published
+    format), frozen, on the target's device and dtype; a ConfigError naming the checkpoint when its tensors do
+    not match its config.json."""
     try:
-        missing, unexpected = head.load_state_dict(read_weights(weights), strict=False)
+        missing, unexpected = head.load_state_dict(read_weights(weights) if state is None else dict(state), strict=False)
     except RuntimeError as e:  # a tensor of another shape than its config.json says
         raise ConfigError(f"{kind} checkpoint {str(path)!r} ({weights}) does not match its config.json: "
                           f"{str(e).splitlines()[-1].strip()[:300]}") from None
@@ -251,7 +284,9 @@ class HeadCheckpoint:
     head_kind: str
 
     @classmethod
-    def read_head_config(cls, path: str | Path | None) -> tuple[Path, Any]:
+    def read_head_config(cls, path: str | Path | None, target_layers: int | None = None) -> tuple[Path, Any]:
+        """(weights, config) of the checkpoint; target_layers (the target's depth, when known) completes configs
+        that depend on it (EAGLE-3's default fused layers)."""
         raise NotImplementedError
 
     @classmethod
@@ -282,7 +317,7 @@ class HeadCheckpoint:
             return
         if given == AUTO:
             cls.validate({**cfg, "checkpoint": path})
-        _, head_cfg = cls.read_head_config(path)
+        _, head_cfg = cls.read_head_config(path, (getattr(target, "known", None) or {}).get("num_hidden_layers"))
         raise_if_head_does_not_fit_preset(cls.head_kind, path, head_cfg, target)
         cls.check_head_for_target(cfg, head_cfg, target)
 

@@ -20,6 +20,10 @@ from its q and returns it.
 
 Checkpoints: a directory (or its model.safetensors) holding `model.safetensors` and `config.json`
 ({"kind": "eagle", ...}); train one with `python -m specbench.train strategy=eagle target=<preset>`.
+Published EAGLE-1/2, EAGLE-3 and speculators (eagle, eagle3) checkpoints load too, by directory or hub
+id: formats.py maps them onto the EagleConfig switches below (fc_bias, input_layernorm, final_norm,
+eagle3_layer with its reduced vocabulary d2t, own_embedding); `python -m specbench.export` writes ours as
+speculators.
 A path that does not exist is an error naming it (never another directory's files); the config and
 the weights' header are read, and checked against the target's known sizes, before any model loads.
 """
@@ -38,6 +42,7 @@ from torch import nn
 
 from specbench.errors import ConfigError
 from specbench.kernels.decode_ref import tree_slot_mask
+from specbench.strategies import formats
 from specbench.strategies.base import BuildContext, DraftOutput, Proposer
 from specbench.strategies.checkpoints import (AUTO, RANDOM, HeadCheckpoint, checkpoint_files, load_head,
                                               raise_if_head_does_not_fit, random_head, read_checkpoint_config,
@@ -56,6 +61,17 @@ class EagleConfig:
     fuse_layers: list[int] | None = None  # target layers fused EAGLE-3 style; None = the final-norm feature
     target: str = ""  # label of the target it was trained for
     kind: str = "eagle"
+    # switches for published layouts (formats.py converts them; the defaults are specbench's own head):
+    fc_bias: bool = True  # fc([embed; feature]) has a bias (EAGLE-1's `bias` config key; speculators' fusion_bias)
+    input_layernorm: bool = True  # False: the layer's attention reads fc's output unnormalised (EAGLE-1's first layer)
+    final_norm: str = "target"  # target: the target's final norm, output fed back normalised (ours); none: no norm
+    #                             (EAGLE-1); own: the head's own norm before its LM head, fed back before it (EAGLE-3)
+    eagle3_layer: bool = False  # EAGLE-3's layer: no fc over [embed; f]; attention reads [norm(embed); norm(g)], residual g
+    norm_before_residual: bool = False  # EAGLE-3 variant (speculators): the residual is hidden_norm(g), not g
+    draft_vocab_size: int | None = None  # own LM head over a draft vocabulary (EAGLE-3, d2t); None: the target's
+    own_embedding: bool = False  # the checkpoint carries its own embed_tokens (else the target's is shared)
+    rope_theta: float | None = None  # the checkpoint's RoPE base when it states one (checked against the target's)
+    format: str = "specbench"  # the layout it was read from (formats.FORMATS); specbench's own when trained here
 
     @classmethod
     def for_target(cls, hf_config: Any, fuse_layers: list[int] | None = None, target: str = "") -> EagleConfig:
@@ -100,22 +116,48 @@ class EagleHead(nn.Module):
         # the target's modules, frozen and shared: a tuple keeps them out of parameters() and state_dict()
         self.shared = (base.embed_tokens, base.norm, base.rotary_emb, target_model.get_output_embeddings())
         self.fuse = nn.Linear(len(cfg.fuse_layers) * h, h, bias=False) if cfg.fuse_layers else None
-        self.fc = nn.Linear(2 * h, h, bias=True)
-        self.input_layernorm = _RMSNorm(h, cfg.rms_norm_eps)
-        self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=False)
-        self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
-        self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, h) if cfg.own_embedding else None
+        self.fc = None if cfg.eagle3_layer else nn.Linear(2 * h, h, bias=cfg.fc_bias)
+        self.input_layernorm = _RMSNorm(h, cfg.rms_norm_eps) if cfg.input_layernorm else None
+        self.hidden_norm = _RMSNorm(h, cfg.rms_norm_eps) if cfg.eagle3_layer else None
+        a = 2 * h if cfg.eagle3_layer else h  # EAGLE-3's attention reads [embedding; feature]
+        self.q_proj = nn.Linear(a, cfg.num_heads * d, bias=False)
+        self.k_proj = nn.Linear(a, cfg.num_kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(a, cfg.num_kv_heads * d, bias=False)
         self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
         self.post_attention_layernorm = _RMSNorm(h, cfg.rms_norm_eps)
         self.gate_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
+        self.norm = _RMSNorm(h, cfg.rms_norm_eps) if cfg.final_norm == "own" else None
+        self.draft_lm_head = nn.Linear(h, cfg.draft_vocab_size, bias=False) if cfg.draft_vocab_size else None
+        if cfg.draft_vocab_size and cfg.draft_vocab_size != cfg.vocab_size:
+            # EAGLE-3's reduced vocabulary: draft id i is target id i + d2t[i]
+            self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+        else:
+            self.d2t = None
         self.k_cache: torch.Tensor | None = None  # [B, Hkv, S, D]
         self.v_cache: torch.Tensor | None = None
 
     @property
     def lm_head(self) -> nn.Module:
-        return self.shared[3]
+        return self.draft_lm_head if self.draft_lm_head is not None else self.shared[3]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.q_proj.weight.dtype
+
+    def logits(self, out: torch.Tensor) -> torch.Tensor:
+        """[..., H] output features (forward's) -> [..., V] logits over the target's vocabulary; a reduced draft
+        vocabulary's logits land at their target ids (i + d2t[i]), every other token at -inf (q = 0 there)."""
+        if self.norm is not None:
+            out = self.norm(out)
+        small = self.lm_head(out)
+        if self.d2t is None:
+            return small
+        full = small.new_full((*small.shape[:-1], self.cfg.vocab_size), float("-inf"))
+        ids = torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t  # [Vd]
+        return full.index_copy_(-1, ids, small)
 
     def features(self, hidden: torch.Tensor | None, layer_hidden: list[torch.Tensor] | None) -> torch.Tensor:
         """The head's input feature from one target forward: [B, T, H] final-norm hidden, or the fused layers."""
@@ -144,12 +186,19 @@ class EagleHead(nn.Module):
         slots: torch.Tensor | None = None,  # with use_cache, a tree: [B, T] slots to write (default: the positions)
         tree_path: torch.Tensor | None = None,  # [B, T, E] the slots of each one's ancestors (decode_ref.tree_paths)
     ) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """Output feature [B, T, H] after the target's final norm: lm_head(out) gives token x_{i+2}."""
+        """Output feature [B, T, H], fed back at the next position: logits(out) gives token x_{i+2} (with the default
+        final_norm=target, out is after the target's final norm and lm_head(out) is the same)."""
         embed, norm, rotary, _ = self.shared
         bsz, t = tokens.shape
         nh, nkv, d = self.cfg.num_heads, self.cfg.num_kv_heads, self.cfg.head_dim
-        x = self.fc(torch.cat([embed(tokens).to(feature.dtype), feature], dim=-1))  # [B, T, H]
-        h = self.input_layernorm(x)
+        e = (embed if self.embed_tokens is None else self.embed_tokens)(tokens).to(feature.dtype)  # [B, T, H]
+        if self.hidden_norm is not None:  # EAGLE-3: attention reads [norm(e); norm(g)], the residual stream is g
+            g = self.hidden_norm(feature)
+            h = torch.cat([self.input_layernorm(e), g], dim=-1)  # [B, T, 2H]
+            x = g if self.cfg.norm_before_residual else feature
+        else:
+            x = self.fc(torch.cat([e, feature], dim=-1))  # [B, T, H]
+            h = x if self.input_layernorm is None else self.input_layernorm(x)
         cos, sin = rotary(x, positions)
         cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)  # [B, 1, T, D]
         q = self.q_proj(h).view(bsz, t, nh, d).transpose(1, 2)  # [B, Hq, T, D]
@@ -180,7 +229,7 @@ class EagleHead(nn.Module):
         x = x + self.o_proj(o.transpose(1, 2).reshape(bsz, t, nh * d))
         h = self.post_attention_layernorm(x)
         x = x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
-        out = _rms_norm(norm, x)
+        out = _rms_norm(norm, x) if self.cfg.final_norm == "target" else x
         return (out, (k, v)) if return_kv else out
 
     # -- checkpoints: config.json + model.safetensors ----------------------------------------------
@@ -189,9 +238,22 @@ class EagleHead(nn.Module):
         save_head(self, asdict(self.cfg), directory)
 
 
-def read_eagle_config(path: str | Path | None) -> tuple[Path, EagleConfig]:
+def read_eagle_config(path: str | Path | None, target_layers: int | None = None) -> tuple[Path, EagleConfig]:
+    """(weights, EagleConfig) of a checkpoint in our format or a published one (formats.py); target_layers, when
+    known, completes EAGLE-3's default fused layers."""
     weights, config = checkpoint_files(path, "eagle")
+    published = formats.detect(weights, config, str(path))
+    if published is not None:
+        return weights, formats.eagle_config(published, target_layers)
     return weights, read_checkpoint_config(config, str(path), "eagle", EagleConfig)[1]
+
+
+def raise_if_rope_differs(cfg: EagleConfig, tc: Any, path: str | Path, target_label: str) -> None:
+    """The head uses the target's rotary embedding: a checkpoint stating another RoPE base is refused."""
+    theta = getattr(tc, "rope_theta", None) or (getattr(tc, "rope_parameters", None) or {}).get("rope_theta")
+    if cfg.rope_theta is not None and theta is not None and abs(float(theta) - cfg.rope_theta) > 1e-6 * float(theta):
+        raise ConfigError(f"eagle checkpoint {str(path)!r} uses RoPE base {cfg.rope_theta}; target {target_label!r} has "
+                          f"{theta} (the head shares the target's rotary embedding); allowed: a checkpoint for this target")
 
 
 def raise_if_fuse_layers_out_of_range(cfg: Any, num_layers: int, target_label: str) -> None:
@@ -202,11 +264,14 @@ def raise_if_fuse_layers_out_of_range(cfg: Any, num_layers: int, target_label: s
 
 def load_eagle_head(path: str | Path, target_model: nn.Module, target_label: str = "") -> EagleHead:
     """An EagleHead from a checkpoint, checked against the target it will read, on its device and dtype."""
-    weights, cfg = read_eagle_config(path)
     tc = target_model.config
+    weights, cfg = read_eagle_config(path, tc.num_hidden_layers)
     raise_if_head_does_not_fit("eagle", path, cfg, tc, target_label)
     raise_if_fuse_layers_out_of_range(cfg, tc.num_hidden_layers, target_label)
-    return load_head(EagleHead(cfg, target_model), weights, path, "eagle", target_model)
+    raise_if_rope_differs(cfg, tc, path, target_label)
+    published = formats.detect(weights, weights.parent / "config.json", str(path))
+    state = None if published is None else formats.eagle_state(published, cfg)
+    return load_head(EagleHead(cfg, target_model), weights, path, "eagle", target_model, state)
 
 
 def raise_if_fuse_layers_differ(fuse_layers: list[int] | None, trained: list[int] | None, checkpoint: Any) -> None:
@@ -243,17 +308,21 @@ class EagleProposer(HeadCheckpoint, Proposer):
         super().validate(cfg)
 
     @classmethod
-    def read_head_config(cls, path: str | Path | None) -> tuple[Path, EagleConfig]:
-        return read_eagle_config(path)
+    def read_head_config(cls, path: str | Path | None, target_layers: int | None = None) -> tuple[Path, EagleConfig]:
+        return read_eagle_config(path, target_layers)
 
     @classmethod
     def check_head(cls, cfg: Mapping[str, Any], head_cfg: EagleConfig, given: str) -> None:
+        if head_cfg.eagle3_layer and head_cfg.fuse_layers is None:  # EAGLE-3's layers follow the target's depth
+            return
         raise_if_fuse_layers_differ(cfg.get("fuse_layers"), head_cfg.fuse_layers, given)
 
     @classmethod
     def check_head_for_target(cls, cfg: Mapping[str, Any], head_cfg: EagleConfig | None, target: Any) -> None:
         layers = (target.known or {}).get("num_hidden_layers")
         fuse = head_cfg if head_cfg is not None else SimpleNamespace(fuse_layers=cfg.get("fuse_layers"))
+        if head_cfg is not None and head_cfg.eagle3_layer and head_cfg.fuse_layers:
+            raise_if_fuse_layers_differ(cfg.get("fuse_layers"), head_cfg.fuse_layers, target.label)
         if layers and fuse.fuse_layers:
             raise_if_fuse_layers_out_of_range(fuse, layers, target.label)
 
@@ -261,10 +330,10 @@ class EagleProposer(HeadCheckpoint, Proposer):
         return tuple(self.head.cfg.fuse_layers or ())
 
     def target_features(self, hidden: torch.Tensor | None, layers: list[torch.Tensor] | None) -> torch.Tensor:
-        return self.head.features(hidden, layers).to(self.head.fc.weight.dtype)
+        return self.head.features(hidden, layers).to(self.head.dtype)
 
     def allocate(self, batch_size: int, max_len: int) -> None:
-        self.head.allocate(batch_size, max_len, self.device, self.head.fc.weight.dtype)
+        self.head.allocate(batch_size, max_len, self.device, self.head.dtype)
 
     def draft_forward(self, tokens: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor | None,
                       attn_len: int, slots: torch.Tensor | None = None,
@@ -274,4 +343,4 @@ class EagleProposer(HeadCheckpoint, Proposer):
         out = self.head(hidden, tokens, positions - 1, use_cache=True, attn_len=attn_len,
                         slots=None if slots is None else slots - 1, tree_path=None if tree_path is None else tree_path - 1)
         out = out if tree_path is not None else out[:, -1:]  # [B, T or 1, H]
-        return DraftOutput(logits=self.head.lm_head(out).float(), hidden=out)
+        return DraftOutput(logits=self.head.logits(out).float(), hidden=out)

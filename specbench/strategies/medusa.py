@@ -9,7 +9,9 @@ verifier treats the drafts as one-hot, which stays lossless at every temperature
 
 Checkpoints: a directory (or its model.safetensors) holding `model.safetensors` and `config.json`
 ({"kind": "medusa", "num_heads": ..., "hidden_size": ...}); train them with
-`python -m specbench.train strategy=medusa target=<preset>`.
+`python -m specbench.train strategy=medusa target=<preset>`. The Medusa authors' format (config.json with
+medusa_num_heads / medusa_num_layers beside `medusa_lm_head.pt`, each head with its own LM head) loads too
+(formats.py): `num_layers` repeats each head's block, `own_lm_heads` gives each head its LM head.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specbench.errors import ConfigError
+from specbench.strategies import formats
 from specbench.strategies.base import BuildContext, DraftOutput, Proposer
 from specbench.strategies.checkpoints import (AUTO, RANDOM, HeadCheckpoint, checkpoint_files, load_head,
                                               raise_if_head_does_not_fit, random_head, read_checkpoint_config,
@@ -37,6 +40,9 @@ class MedusaConfig:
     vocab_size: int
     target: str = ""
     kind: str = "medusa"
+    num_layers: int = 1  # times each head's block is applied (Medusa's `[ResBlock(h)] * medusa_num_layers` repeats one)
+    own_lm_heads: bool = False  # each head has its own LM head (the Medusa authors' format); False: the target's, shared
+    format: str = "specbench"  # the layout it was read from (formats.FORMATS); specbench's own when trained here
 
 
 class MedusaHeads(nn.Module):
@@ -50,6 +56,8 @@ class MedusaHeads(nn.Module):
         for block in self.blocks:  # start as the identity: every head first predicts what the LM head does
             nn.init.zeros_(block.weight)
             nn.init.zeros_(block.bias)
+        self.lm_heads = (nn.ModuleList(nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) for _ in range(cfg.num_heads))
+                         if cfg.own_lm_heads else None)
 
     @property
     def lm_head(self) -> nn.Module:
@@ -57,22 +65,35 @@ class MedusaHeads(nn.Module):
 
     def forward(self, hidden: torch.Tensor, num: int | None = None) -> torch.Tensor:
         """hidden [..., H] -> logits [..., num, V] of the first `num` heads."""
-        outs = [hidden + F.silu(block(hidden)) for block in self.blocks[: num or self.cfg.num_heads]]
-        return self.lm_head(torch.stack(outs, dim=-2))
+        outs = []
+        for block in self.blocks[: num or self.cfg.num_heads]:
+            x = hidden
+            for _ in range(self.cfg.num_layers):
+                x = x + F.silu(block(x))
+            outs.append(x)
+        if self.lm_heads is None:
+            return self.lm_head(torch.stack(outs, dim=-2))
+        return torch.stack([head(x) for head, x in zip(self.lm_heads, outs)], dim=-2)
 
     def save(self, directory: str | Path) -> None:
         save_head(self, asdict(self.cfg), directory)
 
 
 def read_medusa_config(path: str | Path | None) -> tuple[Path, MedusaConfig]:
+    """(weights, MedusaConfig) of a checkpoint in our format or the Medusa authors' (formats.py)."""
     weights, config = checkpoint_files(path, "medusa")
+    published = formats.detect(weights, config, str(path))
+    if published is not None:
+        return weights, formats.medusa_config(published)
     return weights, read_checkpoint_config(config, str(path), "medusa", MedusaConfig)[1]
 
 
 def load_medusa_heads(path: str | Path, target_model: nn.Module, target_label: str = "") -> MedusaHeads:
     weights, cfg = read_medusa_config(path)
     raise_if_head_does_not_fit("medusa", path, cfg, target_model.config, target_label)
-    return load_head(MedusaHeads(cfg, target_model), weights, path, "medusa", target_model)
+    published = formats.detect(weights, weights.parent / "config.json", str(path))
+    state = None if published is None else formats.medusa_state(published, cfg)
+    return load_head(MedusaHeads(cfg, target_model), weights, path, "medusa", target_model, state)
 
 
 def raise_if_too_few_heads(k: int, num_heads: int, checkpoint: str) -> None:
@@ -100,7 +121,7 @@ class MedusaProposer(HeadCheckpoint, Proposer):
             raise_if_too_few_heads(k, self.heads.cfg.num_heads, str(checkpoint))
 
     @classmethod
-    def read_head_config(cls, path: str | Path | None) -> tuple[Path, MedusaConfig]:
+    def read_head_config(cls, path: str | Path | None, target_layers: int | None = None) -> tuple[Path, MedusaConfig]:
         return read_medusa_config(path)
 
     @classmethod
