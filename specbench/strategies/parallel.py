@@ -84,7 +84,9 @@ def default_mask_token_id(tokenizer: Any, vocab_size: int) -> int:
     """An id the tokenizer never emits in a response: its highest special id other than EOS / BOS / pad / UNK,
     else the last id of the vocabulary."""
     ends = {getattr(tokenizer, a, None) for a in ("eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id")}
-    special = [i for i in getattr(tokenizer, "all_special_ids", None) or [] if _is_int(i) and i not in ends and i < vocab_size]
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}  # SmolLM2's <repo_name> ... <empty_output>: 3..16
+    ids = set(getattr(tokenizer, "all_special_ids", None) or []) | {i for i, tok in added.items() if getattr(tok, "special", False)}
+    special = [i for i in ids if _is_int(i) and i not in ends and i < vocab_size]
     return max(special) if special else vocab_size - 1
 
 
