@@ -109,10 +109,15 @@ def text_config(config: Any, num_layers: int) -> Any:
 
 
 def share_embeddings(draft: nn.Module, target_model: nn.Module) -> None:
-    """Point the draft's embedding, LM head and rotary tables at the target's modules (no copy)."""
+    """Point the draft's embedding and LM head at the target's modules (no copy)."""
     draft.model.embed_tokens = target_model.model.embed_tokens
     draft.lm_head = target_model.lm_head
-    draft.model.rotary_emb = target_model.model.rotary_emb
+
+
+def own_rotary(draft: nn.Module, target_model: nn.Module) -> None:
+    """A copy of the target's rotary tables (a draft built on the meta device has none; sharing the module would let
+    a later .to(dtype) on the draft cast the target's inv_freq)."""
+    draft.model.rotary_emb = copy.deepcopy(target_model.model.rotary_emb)
 
 
 def draft_from_target(target_model: nn.Module, num_layers: int) -> nn.Module:
@@ -123,6 +128,7 @@ def draft_from_target(target_model: nn.Module, num_layers: int) -> nn.Module:
     with torch.device("meta"):
         draft = AutoModelForCausalLM.from_config(text_config(target_model.config, num_layers), dtype=torch.float32)
     share_embeddings(draft, target_model)
+    own_rotary(draft, target_model)
     own = {k: v.detach().clone().float() for k, v in target_model.state_dict().items()
            if k.startswith("model.norm.") or any(k.startswith(f"model.layers.{i}.") for i in range(num_layers))}
     draft.load_state_dict(own, strict=False, assign=True)
@@ -178,8 +184,7 @@ def load_parallel(path: str | Path, target_model: nn.Module, target_label: str =
     state = read_weights(weights)
     if cfg.shares_embeddings:
         share_embeddings(draft, target_model)
-    else:
-        draft.model.rotary_emb = target_model.model.rotary_emb
+    own_rotary(draft, target_model)
     try:
         draft.load_state_dict(state, strict=False, assign=True)
     except RuntimeError as e:

@@ -81,7 +81,6 @@ class ParallelTrainer(Trainer):
                                   f"target {target_label!r} {hf.config.hidden_size} (and vocab {vocab}): it must be a "
                                   f"draft model distilled for this target")
             num_layers, shares = model.config.num_hidden_layers, False
-            model.model.rotary_emb = hf.model.rotary_emb
             model.get_input_embeddings().requires_grad_(False)
             model.get_output_embeddings().requires_grad_(False)
         else:
