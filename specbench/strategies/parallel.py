@@ -55,6 +55,7 @@ from torch import nn
 
 from specbench.errors import ConfigError
 from specbench.models.cuda_graphs import maybe_graphed
+from specbench.models.decoder import SUPPORTED_ARCHS
 from specbench.models.runner import make_runner
 from specbench.strategies.base import BuildContext, DraftOutput, Proposer
 from specbench.strategies.checkpoints import (AUTO, RANDOM, HeadCheckpoint, check_weights, checkpoint_files,
@@ -218,6 +219,13 @@ class ParallelProposer(HeadCheckpoint, Proposer):
         checkpoint = resolve_checkpoint(checkpoint, KIND, ctx.target.spec)
         if checkpoint == RANDOM:  # untrained: the target's first L layers, shared (the trainer's starting point)
             layers = random_num_layers(num_layers, target.config.num_hidden_layers)
+            if layers < target.config.num_hidden_layers and (ctx.backend == "transformers" or
+                                                              target.config.model_type not in SUPPORTED_ARCHS):
+                raise ConfigError(f"strategy {name!r} with an untrained draft (checkpoint=random) on a "
+                                  f"{target.config.model_type!r} target with engine.backend={ctx.backend!r}; allowed: "
+                                  f"engine.backend=auto or native on a {'/'.join(sorted(SUPPORTED_ARCHS))} target (only "
+                                  f"specbench's decoder runs the target's first num_layers layers alone), or a trained "
+                                  f"checkpoint")
             self.runner = make_runner(target, ctx.backend, num_layers=layers, batch_invariant=ctx.batch_invariant)
             self.mask_id = default_mask_token_id(ctx.target.tokenizer, ctx.target.vocab_size) if mask_token_id is None \
                 else mask_token_id

@@ -119,6 +119,10 @@ def test_bad_settings_are_config_errors(target, tmp_path):
         _proposer(target, mask_token_id=target.vocab_size)
     with pytest.raises(ConfigError, match="num_layers=5"):
         _proposer(target, num_layers=5)
+    transformers_ctx = BuildContext(target=target, target_runner=make_runner(target.model), draft=None,
+                                    sampling=SamplingParams(), device=CPU, backend="transformers")
+    with pytest.raises(ConfigError, match="engine.backend='transformers'"):
+        ParallelProposer(transformers_ctx, k=K, checkpoint=RANDOM, num_layers=1)
     with pytest.raises(ConfigError, match="tree=dynamic"):
         ParallelProposer.validate({"name": "parallel", "k": 3, "tree": "dynamic", "top_k": 2, "num_nodes": 4})
     with pytest.raises(ConfigError, match="one_extra_forward_pass"):
