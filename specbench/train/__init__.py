@@ -1,4 +1,4 @@
-"""Self-distillation of drafters: `python -m specbench.train strategy=eagle|medusa|draft_model target=<preset>`.
+"""Self-distillation of drafters: `python -m specbench.train strategy=eagle|medusa|draft_model|parallel target=<preset>`.
 
 The target writes its own responses to training prompts that do not overlap the evaluation sets
 (specbench.train.data), and a drafter learns to predict the target's tokens from them with the

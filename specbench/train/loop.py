@@ -39,7 +39,7 @@ def _trainer_class(cfg: Mapping[str, Any]) -> type[Trainer]:
         cls = None
     if not (isinstance(cls, type) and issubclass(cls, Trainer)):
         raise ConfigError(f"strategy {cfg.get('name')!r} has no trainer (_target_={target!r}); "
-                          f"trainable: eagle, medusa, draft_model (conf/train/strategy/)")
+                          f"trainable: eagle, medusa, draft_model, parallel (conf/train/strategy/)")
     return cls
 
 
