@@ -7,9 +7,9 @@ PY=${PY:-python}
 common="logger=none baseline=false engine.batch_size=8 max_new_tokens=64"
 declare -A DATA=(
   [humaneval]="dataset=humaneval dataset.num_prompts=30"
-  [spec-bench]="dataset=jsonl dataset.name=spec-bench-2x13 dataset.path=outputs/suffix/spec-bench-2x13.jsonl dataset.field=turns"
+  [spec-bench]="dataset=jsonl dataset.name=spec-bench-2x13 dataset.path=outputs/suffix/spec-bench-2x13.jsonl dataset.field=turns dataset.num_prompts=null"
   [mt-bench]="dataset=mt-bench dataset.num_prompts=16"
-  [repeat]="dataset=jsonl dataset.name=repeat-13x2 dataset.path=outputs/suffix/repeat-13x2.jsonl dataset.field=turns"
+  [repeat]="dataset=jsonl dataset.name=repeat-13x2 dataset.path=outputs/suffix/repeat-13x2.jsonl dataset.field=turns dataset.num_prompts=null"
 )
 declare -A STRATEGY=(
   [suffix]="strategy=suffix strategy.k=4"

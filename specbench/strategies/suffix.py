@@ -278,8 +278,8 @@ class SuffixProposer(Proposer):
             raise ConfigError(f"strategy.tree={tree!r} for strategy {name!r}; allowed: chain (the likeliest path, k "
                               f"tokens) or dynamic (the speculation tree, num_nodes nodes at most k deep)")
         if not _is_int(top_k) or top_k < 1:
-            raise ConfigError(f"strategy.top_k={top_k!r} for strategy {name!r}; allowed: an integer >= 1 (tree=dynamic: "
-                              f"the most children per node)")
+            raise ConfigError(f"strategy.top_k={top_k!r} for strategy {name!r}; allowed: an integer >= 1 "
+                              f"(tree=dynamic: the most children per node)")
         if tree == "dynamic" and (not _is_int(num_nodes) or not 1 <= num_nodes <= 1024):
             raise ConfigError(f"strategy.num_nodes={num_nodes!r} for strategy {name!r} with tree=dynamic; allowed: an "
                               f"integer from 1 to 1024 (the nodes every step verifies per row)")

@@ -253,7 +253,8 @@ def _al(rows) -> float:
 @pytest.mark.parametrize("batch_size", [1, 3])
 @pytest.mark.parametrize("k, settings", [(2, {}), (5, {"min_token_prob": 0.0, "max_spec_factor": 3.0}),
                                          (3, {"tree": "dynamic", "num_nodes": 7, "top_k": 2}),
-                                         (4, {"tree": "dynamic", "num_nodes": 5, "top_k": 3, "max_match": 3, "max_spec_factor": 2.0})],
+                                         (4, {"tree": "dynamic", "num_nodes": 5, "top_k": 3, "max_match": 3,
+                                              "max_spec_factor": 2.0})],
                          ids=["k2", "k5-wide", "k3-tree7", "k4-tree5"])
 def test_greedy_output_equals_transformers_generate_and_repeats_accept_long_runs(target, greedy_case, batch_size, k,
                                                                                  settings):
