@@ -125,6 +125,8 @@ class Engine:
         self.target.allocate(bsz, max_len)
         if hasattr(self.target, "begin_batch"):
             self.target.begin_batch(prompts, mm_inputs)
+        if self.proposer.adaptive:  # before the clock starts
+            self._warm_verify_widths(bsz, max_len)
         clock = _PhaseClock(dev)
         t0 = time.perf_counter()
 
@@ -150,8 +152,6 @@ class Engine:
                             mm_inputs=mm_inputs,
                             target_hidden=out.hidden, target_layer_hidden=out.layer_hidden, target_positions=positions)
         self.proposer.start(state, out.hidden)
-        if self.proposer.adaptive:
-            self._warm_verify_widths(state)
         if on_step:
             on_step(sum(1 for _ in prompts))
         timing = BatchTiming(prefill_s=ttft)
@@ -258,20 +258,19 @@ class Engine:
                             layer_hidden=[along(h) for h in out.layer_hidden])
         return positions, out, verdict, emitted
 
-    def _warm_verify_widths(self, state: DecodeState) -> None:
+    def _warm_verify_widths(self, bsz: int, max_len: int) -> None:
         """Adaptive K verifies [B, K_step + 1] with K_step anywhere in 1..k. Under CUDA graphs (GraphedRunner) each
         width is its own graph, captured when first met: run every chain width once here, before the batch's clock
         starts, so that the untimed warm-up captures them all and the timed run only replays (on a warm runner this
-        replays k graphs). Inputs sit at the runner's scratch slot, which no real position uses, so no live cache
+        replays k graphs; the phase clocks start after it). Inputs sit at the runner's scratch slot, which no real position uses, so no live cache
         entry changes; the outputs are dropped."""
         from specbench.models.cuda_graphs import GraphedRunner
 
         if not isinstance(self.target, GraphedRunner):
             return
-        bsz = state.batch_size
         for width in range(2, self.proposer.k + 2):
             scratch = torch.full((bsz, width), self.target.scratch_slot, dtype=torch.long, device=self.device)
-            self.target(torch.zeros_like(scratch), scratch, attn_len=state.max_len, want_hidden=self.want_hidden,
+            self.target(torch.zeros_like(scratch), scratch, attn_len=max_len, want_hidden=self.want_hidden,
                         hidden_layers=self.hidden_layers)
 
     def _maybe_finish(self, row: RowResult, b: int, active: list[bool], now: float) -> None:

@@ -239,8 +239,8 @@ def test_adaptive_steps_verify_fewer_columns_and_warm_every_width_under_graphs(t
     engine = Engine(ctx.target_runner, proposer, Verifier(ctx.sampling, CPU), max_new_tokens=10, eos_ids=set(), device=CPU)
     prompts = ragged_prompts(101, (5, 9, 3))
     rows, _ = engine.generate(prompts)
-    assert widths[1:4] == [2, 3, 4]  # after the prefill: the warm-up of every width
-    assert set(widths[4:]) <= {2, 3, 4} and len(set(widths[4:])) > 1  # K varied
+    assert widths[:3] == [2, 3, 4]  # before the prefill (and the clock): the warm-up of every width
+    assert set(widths[4:]) <= {2, 3, 4} and len(set(widths[4:])) > 1  # after the prefill (widths[3]): K varied
     plain = Engine(make_runner(target.model), DraftModelProposer(ctx, k=3), Verifier(ctx.sampling, CPU),
                    max_new_tokens=10, eos_ids=set(), device=CPU).generate(prompts)[0]
     assert [r.output_ids for r in rows] == [r.output_ids for r in plain]
