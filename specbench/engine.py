@@ -125,7 +125,7 @@ class Engine:
         self.target.allocate(bsz, max_len)
         if hasattr(self.target, "begin_batch"):
             self.target.begin_batch(prompts, mm_inputs)
-        if self.proposer.adaptive:  # before the clock starts
+        if self.proposer.adaptive and self.proposer.tree == "chain":  # before the clock starts (trees run eagerly)
             self._warm_verify_widths(bsz, max_len)
         clock = _PhaseClock(dev)
         t0 = time.perf_counter()
@@ -203,7 +203,7 @@ class Engine:
                     row.accepted_tokens += n
                     for i in range(n):
                         row.accepted_at[i] += 1
-                    row.k_drafted += n_drafted if draft.chain else k
+                    row.k_drafted += n_drafted if draft.chain else self.proposer.step_k  # a tree: the depth expanded
                     row.accepted_histogram[n] += 1
                 row.output_ids.extend(new)
                 row.emissions.append((now, len(new)))

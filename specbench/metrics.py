@@ -3,7 +3,7 @@
 - drafts: verification steps that had a draft; draft_tokens; accepted_tokens (bonus excluded).
 - acceptance_length AL = 1 + accepted_tokens / drafts (target-only decoding = 1).
 - acceptance_rate = accepted_tokens / draft_tokens; per_position_acceptance[i] = accepted at i / drafts.
-- mean_k = K drafted per step (a chain's length, a tree's depth bound k), averaged over row-steps: strategy.k
+- mean_k = K drafted per step (a chain's length, a tree's depth: k, or a dynamic tree's expanded depth), averaged over row-steps: strategy.k
   when K is fixed, less under an adaptive K schedule. accepted_histogram[n] = row-steps that accepted exactly n
   drafts (n = 0..k; that step's AL is n + 1), counted like AL over (row, step) pairs, so
   sum(histogram) = drafts and sum(n * histogram[n]) = accepted_tokens. With a varying K, AL, the rates and

@@ -34,11 +34,15 @@ whole batch, because the verify forward has one shape [B, K_step + 1]:
   truncates after the first such position; a lookup drafter (ngram) has no probabilities and refuses it.
 - k_by_batch_size={rows: K, ...} (vLLM's num_speculative_tokens_per_batch_size): the most K_step may be, by the
   number of ACTIVE rows: the value of the largest key <= active rows (k when no key is). Combines with the schedules.
-Trees (topk, static, dynamic) verify a fixed node count per step and refuse adaptive K (see raise_if_bad_schedule).
+Trees verify a fixed node count per step: topk and static trees refuse adaptive K; a dynamic tree (EAGLE-2) takes
+k_schedule=confidence as a stop on its expansion: once it holds num_nodes nodes, it stops going deeper when every
+active row's likeliest frontier path has a cumulative draft probability under the threshold (fewer draft forwards;
+the rerank keeps num_nodes, so the verify shape is unchanged). mean K reports the depth expanded.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -247,10 +251,15 @@ class Proposer(ABC):
                 raise ConfigError(f"strategy.k_by_batch_size={by_batch!r} for strategy {name!r} with k={k}; allowed: "
                                   f"null or a mapping {{active rows: K}} with integer keys >= 1 and values 1..k "
                                   f"(e.g. {{1: {k}, 8: 1}}; the largest key <= the active rows applies)")
-        if (schedule != "fixed" or by_batch is not None) and tree != "chain":
+        if (schedule == "heuristic" or by_batch is not None) and tree != "chain":
             raise ConfigError(f"strategy.k_schedule={schedule} / k_by_batch_size={by_batch!r} with strategy.tree={tree} "
-                              f"for strategy {name!r}; allowed: adaptive K with tree=chain only (a tree verifies a fixed "
-                              f"node count per step; set k_schedule=fixed and k_by_batch_size=null for trees)")
+                              f"for strategy {name!r}; allowed: heuristic and k_by_batch_size with tree=chain only (a "
+                              f"tree verifies a fixed node count per step); trees take k_schedule=fixed, and "
+                              f"tree=dynamic also k_schedule=confidence")
+        if schedule == "confidence" and tree not in ("chain", "dynamic"):
+            raise ConfigError(f"strategy.k_schedule=confidence with strategy.tree={tree} for strategy {name!r}; allowed "
+                              f"with tree=chain (stop drafting) or tree=dynamic (stop expanding when every path "
+                              f"probability is under the threshold); a topk or static tree has a fixed shape")
 
     @classmethod
     def raise_if_bad_tree(cls, name: str, tree: Any, top_k: Any, num_nodes: Any = 0, k: int = 1,
@@ -404,8 +413,9 @@ class Proposer(ABC):
         # 2) draft: one forward gave K (parallel), or feed d_i back for the next (d_K never needs the cache), or
         #    grow a static or dynamic tree from the catch-up's distribution, one forward per depth (trees.py)
         if self.tree == "dynamic":
+            stop = self._path_stop(state.active) if self.k_schedule == "confidence" else None
             tokens, parents = trees.expand_dynamic(self._feed, out, state.lengths[:, None], state.lengths_host, k,
-                                                   self.top_k, self.num_nodes)
+                                                   self.top_k, self.num_nodes, stop=stop)
             return Draft(tokens=tokens, parents=parents)
         if self.static_tree is not None:
             tree = self.static_tree
@@ -498,6 +508,18 @@ class Proposer(ABC):
         else softmax(logits [B, N, V]) at d (a greedy draft's confidence in its argmax)."""
         dist = probs if probs is not None else torch.softmax(logits.float(), dim=-1)
         return dist.gather(-1, tokens[..., None])[..., 0]
+
+    def _path_stop(self, active: torch.Tensor):
+        """k_schedule=confidence, tree=dynamic: stop expanding when every active row's likeliest frontier path has a
+        cumulative draft probability under the threshold (trees.expand_dynamic asks once the tree holds num_nodes)."""
+        log_t = math.log(self.confidence_threshold)
+
+        def stop(score: torch.Tensor, depth: int) -> bool:  # score [B, w]: log path probabilities of the frontier
+            done = bool(((score.max(-1).values < log_t) | ~active).all())  # one host sync per depth
+            if done:
+                self.step_k = depth
+            return done
+        return stop
 
     def _unsure(self, logits: torch.Tensor, d: torch.Tensor, q: torch.Tensor | None, active: torch.Tensor) -> bool:
         """k_schedule=confidence, chain: whether every active row's last draft d [B, 1] is under the threshold

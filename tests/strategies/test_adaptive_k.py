@@ -37,14 +37,20 @@ SCHEDULES = {
     "heuristic": {"k_schedule": "heuristic"},
     "confidence": {"k_schedule": "confidence", "confidence_threshold": 0.0145},
     "by_batch": {"k_by_batch_size": "{1:1,3:2}"},  # 1 at batch 1; 2 while >= 3 rows are active, then 1
+    # EAGLE-2's tree stops expanding once every frontier path is under the threshold (and it holds num_nodes): depth
+    # 2 or 3 (measured mean depth 2.3-2.8 for draft_model, eagle, layer_skip on tiny-llama)
+    "dynamic_confidence": {"tree": "dynamic", "top_k": 2, "num_nodes": 5, "k_schedule": "confidence",
+                           "confidence_threshold": 2e-4},
 }
 
 
 def _accepts(strategy: str, extra: dict) -> bool:
     by_batch = {1: 1, 3: 2} if "k_by_batch_size" in extra else None
     try:
-        _strategy_class(strategy).raise_if_bad_schedule(strategy, extra.get("k_schedule", "fixed"),
-                                                        extra.get("confidence_threshold", 0.4), by_batch, K, "chain")
+        cls = _strategy_class(strategy)
+        cls.raise_if_bad_schedule(strategy, extra.get("k_schedule", "fixed"), extra.get("confidence_threshold", 0.4),
+                                  by_batch, K, extra.get("tree", "chain"))
+        cls.raise_if_bad_tree(strategy, extra.get("tree", "chain"), extra.get("top_k", 1), extra.get("num_nodes", 0), K)
     except ConfigError:
         return False
     return True
@@ -69,6 +75,8 @@ def test_greedy_output_equals_plain_greedy_whatever_k(strategy, extra, target, b
         assert o["output_token_ids"] == expected, f"{strategy} {extra} on {target}, batch {batch_size}: prompt {i} differs"
     summary = report.results["strategy"]
     assert 1 <= summary["mean_k"] < K, f"K never varied: {summary['mean_k']}"
+    if extra.get("tree") == "dynamic":
+        assert summary["nodes_per_step"] == extra["num_nodes"]  # the verify shape did not change
     hist = summary["accepted_histogram"]
     assert len(hist) == K + 1 and sum(hist) == summary["drafts"]
     assert sum(n * c for n, c in enumerate(hist)) == summary["accepted_tokens"]
@@ -78,7 +86,8 @@ def test_greedy_output_equals_plain_greedy_whatever_k(strategy, extra, target, b
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("strategy, extra", [v for v in VARIANTS if _strategy_class(v.values[0]).needs_draft_model])
+@pytest.mark.parametrize("strategy, extra", [v for v in VARIANTS if _strategy_class(v.values[0]).needs_draft_model
+                                             and "tree" not in v.values[1]])
 def test_a_self_draft_accepts_every_token_it_drafts(strategy, extra, temperature, tmp_path):
     report = _run(strategy, "tiny-qwen3", tmp_path, "draft=self", "engine.batch_size=4", *_settings(extra),
                   f"sampling.temperature={temperature}")
@@ -98,12 +107,19 @@ TOKENS = 3
 # the sharp target's draft probabilities are larger (peaked at T = 0.5), and all N rows must be unsure at once: a
 # threshold per drafter that cuts some steps and not others (measured mean K 1.45-1.99); others get 0.5 untuned
 SHARP_THRESHOLD = {"draft_model": 0.6, "eagle": 0.6, "layer_skip": 0.45, "medusa": 0.05}
-SHARP = {**SCHEDULES, "by_batch": {"k_by_batch_size": {1: 3, N: 1}}}  # K = 1 while all N rows are active, 3 after
+SHARP = {**SCHEDULES, "by_batch": {"k_by_batch_size": {1: 3, N: 1}},  # K = 1 while all N rows are active, 3 after
+         "dynamic_confidence": {**SCHEDULES["dynamic_confidence"], "confidence_threshold": 0.1}}  # depth 2, not 3
+
+
+def _samples(strategy: str, extra: dict) -> bool:
+    """Whether the variant drafts by sampling from its q (a dynamic tree's nodes are one-hot picks; its rule's power:
+    tests/test_verify_tree.py), as in the conformance suite."""
+    return _strategy_class(strategy).samples and "tree" not in extra
 
 
 def _sharp(strategy: str, extra: dict) -> dict:
     name = next(name for name, e in SCHEDULES.items() if e == extra)
-    if name == "confidence":
+    if name == "confidence":  # (a chain)
         return {**extra, "confidence_threshold": SHARP_THRESHOLD.get(strategy, 0.5)}
     return SHARP[name]
 
@@ -130,11 +146,11 @@ def test_sampled_tokens_follow_the_target_distribution_whatever_k(strategy, extr
     assert min(_pvalues(out, marginals)) > 1e-4
     if extra.get("k_schedule") != "confidence" or strategy in SHARP_THRESHOLD:
         assert 1 <= mean_k < K, f"K never varied: {mean_k}"
-    if _strategy_class(strategy).samples:
+    if _samples(strategy, extra):
         assert 0.01 < acceptance < 0.99
 
 
-@pytest.mark.parametrize("strategy, extra", [v for v in VARIANTS if _strategy_class(v.values[0]).samples])
+@pytest.mark.parametrize("strategy, extra", [v for v in VARIANTS if _samples(*v.values)])
 def test_the_distribution_test_fails_under_a_wrong_rule_whatever_k(strategy, extra, sharp_target):
     target, marginals = sharp_target
     out, _, _ = _sample(strategy, target, _sharp(strategy, extra), rule=resample_from_p)
@@ -156,6 +172,7 @@ def test_the_distribution_test_fails_under_a_wrong_rule_whatever_k(strategy, ext
     ("draft_model", {"k_by_batch_size": [1, 2]}, "mapping"),
     ("draft_model", {"k_schedule": "heuristic", "tree": "topk", "top_k": 2}, "tree=chain only"),
     ("eagle", {"k_by_batch_size": {1: 2}, "tree": "dynamic", "top_k": 2, "num_nodes": 4}, "tree=chain only"),
+    ("medusa", {"k_schedule": "confidence", "tree": "static"}, "a topk or static tree has a fixed shape"),
 ])
 def test_bad_schedule_settings_are_config_errors(strategy, settings, fragment):
     cfg = {**OmegaConf.to_container(_compose(f"strategy={strategy}").strategy, resolve=True), **settings}
