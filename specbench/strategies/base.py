@@ -358,11 +358,12 @@ class Proposer(ABC):
 
     def schedule_next(self, accepted: list[int], active: list[bool]) -> None:
         """After a step (the engine calls it; accepted [B] on the host, active = the rows that drafted in it): the
-        heuristic schedule's K for the next step, +2 when every active row accepted all step_k drafts, else -1."""
+        heuristic schedule's K for the next step, +2 when every active row accepted all step_k drafts, else -1
+        (transformers' AssistedCandidateGenerator.update_candidate_strategy, capped at k)."""
         if self.k_schedule != "heuristic" or not any(active):
             return
-        full = all(n >= self.step_k for n, on in zip(accepted, active) if on)
-        self.k_now = min(self.k, self.step_k + 2) if full else max(1, self.step_k - 1)
+        full = all(n >= self.step_k for n, on in zip(accepted, active) if on)  # all it drafted (transformers:
+        self.k_now = min(self.k, self.k_now + 2) if full else max(1, self.k_now - 1)  # num_matches == candidates)
 
     def propose(self, state: DecodeState) -> Draft:
         limit = self.step_limit(state) if self.adaptive else self.k

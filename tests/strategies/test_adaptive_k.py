@@ -216,7 +216,7 @@ def test_k_by_batch_size_takes_the_largest_key_at_most_the_active_rows(target):
 def test_heuristic_adds_two_after_a_full_step_and_drops_one_otherwise(target):
     p = _proposer(target, k_schedule="heuristic", k_by_batch_size={1: 4})
     active = [True, False, True]  # the finished middle row's count is ignored
-    p.step_k = 2
+    p.k_now = p.step_k = 2
     p.schedule_next([2, 0, 2], active)
     assert p.k_now == 4
     p.step_k = 4
@@ -224,8 +224,8 @@ def test_heuristic_adds_two_after_a_full_step_and_drops_one_otherwise(target):
     assert p.k_now == 5  # never over k (5) ...
     assert p.step_limit(_state(3, active)) == 4  # ... and capped by k_by_batch_size for the step
     p.step_k = 4
-    p.schedule_next([4, 4, 3], active)  # one active row rejected
-    assert p.k_now == 3
+    p.schedule_next([4, 4, 3], active)  # one active row rejected one of the 4 it was given
+    assert p.k_now == 4
     for _ in range(4):
         p.step_k = p.k_now
         p.schedule_next([0, 0, 0], active)
