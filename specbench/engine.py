@@ -32,6 +32,8 @@ class RowResult:
     draft_tokens: int = 0
     accepted_tokens: int = 0  # bonus excluded
     accepted_at: list[int] = field(default_factory=list)  # [K] steps whose draft i was accepted
+    k_drafted: int = 0  # sum over the row's steps of the K drafted (a chain's length, a tree's depth bound k)
+    accepted_histogram: list[int] = field(default_factory=list)  # [K+1] steps that accepted exactly n drafts
     ttft_s: float = 0.0
     latency_s: float = 0.0
     emissions: list[tuple[float, int]] = field(default_factory=list)  # (time, tokens emitted then)
@@ -119,10 +121,12 @@ class Engine:
         tokens = torch.zeros((bsz, max_len), dtype=torch.long, device=dev)
         for b, p in enumerate(prompts):
             tokens[b, : len(p)] = torch.tensor(p, dtype=torch.long)
-        rows = [RowResult(accepted_at=[0] * k) for _ in range(bsz)]
+        rows = [RowResult(accepted_at=[0] * k, accepted_histogram=[0] * (k + 1) if k > 0 else []) for _ in range(bsz)]
         self.target.allocate(bsz, max_len)
         if hasattr(self.target, "begin_batch"):
             self.target.begin_batch(prompts, mm_inputs)
+        if self.proposer.adaptive and self.proposer.tree == "chain":  # before the clock starts (trees run eagerly)
+            self._warm_verify_widths(bsz, max_len)
         clock = _PhaseClock(dev)
         t0 = time.perf_counter()
 
@@ -144,6 +148,7 @@ class Engine:
             self._maybe_finish(rows[b], b, active, ttft)
         state = DecodeState(tokens=tokens, lengths=torch.tensor(lengths_host, device=dev), lengths_host=lengths_host,
                             prompt_lengths=plens, active=torch.tensor(active, device=dev), max_len=max_len,
+                            active_host=list(active),
                             mm_inputs=mm_inputs,
                             target_hidden=out.hidden, target_layer_hidden=out.layer_hidden, target_positions=positions)
         self.proposer.start(state, out.hidden)
@@ -161,9 +166,10 @@ class Engine:
             # 1) propose K drafts per row
             draft = self.proposer.propose(state)
             clock.mark()
+            n_drafted = draft.tokens.shape[1]  # K_step: k, or fewer under an adaptive K schedule
             if draft.chain:
                 # 2) verify: one target forward over [pending token, d_1..d_K] at positions L-1 .. L-1+K
-                positions = state.lengths[:, None] - 1 + steps  # [B, K+1]
+                positions = state.lengths[:, None] - 1 + steps[: n_drafted + 1]  # [B, K+1]
                 inputs = torch.cat([state.tokens.gather(1, positions[:, :1]), draft.tokens], dim=1)
                 out = self.target(inputs, positions, attn_len=max(lengths_host) + k,
                                   want_hidden=self.want_hidden, hidden_layers=self.hidden_layers)
@@ -197,6 +203,8 @@ class Engine:
                     row.accepted_tokens += n
                     for i in range(n):
                         row.accepted_at[i] += 1
+                    row.k_drafted += n_drafted if draft.chain else self.proposer.step_k  # a tree: the depth expanded
+                    row.accepted_histogram[n] += 1
                 row.output_ids.extend(new)
                 row.emissions.append((now, len(new)))
                 lengths_host[b] += len(new)
@@ -207,6 +215,8 @@ class Engine:
             on_device = staging.to(dev, non_blocking=True)
             state.lengths, state.active = on_device[0], on_device[1].bool()
             state.target_hidden, state.target_layer_hidden, state.target_positions = out.hidden, out.layer_hidden, positions
+            self.proposer.schedule_next(accepted_host, state.active_host)  # the rows that drafted in this step
+            state.active_host = list(active)
             self.proposer.commit(state, verdict, accepted_host, old_lengths)
             timing.steps += 1
             if on_step:
@@ -247,6 +257,21 @@ class Engine:
             out = type(out)(logits=out.logits, hidden=None if out.hidden is None else along(out.hidden),
                             layer_hidden=[along(h) for h in out.layer_hidden])
         return positions, out, verdict, emitted
+
+    def _warm_verify_widths(self, bsz: int, max_len: int) -> None:
+        """Adaptive K verifies [B, K_step + 1] with K_step anywhere in 1..k. Under CUDA graphs (GraphedRunner) each
+        width is its own graph, captured when first met: run every chain width once here, before the batch's clock
+        starts, so that the untimed warm-up captures them all and the timed run only replays (on a warm runner this
+        replays k graphs; the phase clocks start after it). Inputs sit at the runner's scratch slot, which no real position uses, so no live cache
+        entry changes; the outputs are dropped."""
+        from specbench.models.cuda_graphs import GraphedRunner
+
+        if not isinstance(self.target, GraphedRunner):
+            return
+        for width in range(2, self.proposer.k + 2):
+            scratch = torch.full((bsz, width), self.target.scratch_slot, dtype=torch.long, device=self.device)
+            self.target(torch.zeros_like(scratch), scratch, attn_len=max_len, want_hidden=self.want_hidden,
+                        hidden_layers=self.hidden_layers)
 
     def _maybe_finish(self, row: RowResult, b: int, active: list[bool], now: float) -> None:
         if row.output_ids and row.output_ids[-1] in self.eos_ids:

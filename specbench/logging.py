@@ -127,6 +127,8 @@ def results_table(results: Mapping[str, Any]) -> str:
     add("per-position acc.", lambda b: " ".join(_fmt(a) for a in b["per_position_acceptance"]) or "-")
     add("draft forwards / step", lambda b: _fmt(b.get("draft_forwards_per_step")))
     add("nodes verified / step", lambda b: _fmt(b.get("nodes_per_step")))
+    add("mean K drafted / step", lambda b: _fmt(b.get("mean_k")))
+    add("steps accepting 0..k", lambda b: " ".join(str(c) for c in b.get("accepted_histogram") or []) or "-")
     add("AL / verified token", lambda b: _fmt(b.get("al_per_verified_token")))
     add("verify ms / step", lambda b: _fmt(b.get("verify_ms_per_step")))
     for key, label in (("ttft_ms", "TTFT ms"), ("tpot_ms", "TPOT ms"), ("itl_ms", "ITL ms"), ("output_tokens_per_s", "tokens/s")):

@@ -3,6 +3,12 @@
 - drafts: verification steps that had a draft; draft_tokens; accepted_tokens (bonus excluded).
 - acceptance_length AL = 1 + accepted_tokens / drafts (target-only decoding = 1).
 - acceptance_rate = accepted_tokens / draft_tokens; per_position_acceptance[i] = accepted at i / drafts.
+- mean_k = K drafted per step (a chain's length, a tree's depth: k, or a dynamic tree's expanded depth), averaged over row-steps: strategy.k
+  when K is fixed, less under an adaptive K schedule. accepted_histogram[n] = row-steps that accepted exactly n
+  drafts (n = 0..k; that step's AL is n + 1), counted like AL over (row, step) pairs, so
+  sum(histogram) = drafts and sum(n * histogram[n]) = accepted_tokens. With a varying K, AL, the rates and
+  per_position_acceptance keep their definitions (per step, whatever that step's K); a step that drafted fewer
+  than i + 1 tokens counts as not accepting position i.
 - TTFT: request start to first output token. TPOT = (latency - TTFT) / (output_tokens - 1).
   ITL: gaps between emissions (one emission may hold several tokens).
 - output_tokens_per_s; speedup = baseline TPOT / strategy TPOT on the same prompts;
@@ -54,6 +60,8 @@ def prompt_metrics(row: RowResult) -> dict[str, Any]:
         "acceptance_length": 1 + row.accepted_tokens / row.drafts if row.drafts else 1.0,
         "acceptance_rate": row.accepted_tokens / row.draft_tokens if row.draft_tokens else None,
         "per_position_acceptance": [a / row.drafts for a in row.accepted_at] if row.drafts else [],
+        "mean_k": row.k_drafted / row.drafts if row.drafts else None,
+        "accepted_histogram": list(row.accepted_histogram),
         "ttft_ms": row.ttft_s * 1e3,
         "tpot_ms": tpot * 1e3,
         "latency_ms": row.latency_s * 1e3,
@@ -72,6 +80,9 @@ def summarize(per_prompt: Sequence[dict[str, Any]], timings: Sequence[BatchTimin
     per_pos = [sum(m["per_position_acceptance"][i] * m["drafts"] for m in per_prompt if m["drafts"]) / drafts
                for i in range(k)] if drafts else []
     al = 1 + accepted / drafts if drafts else 1.0
+    hist = [sum(h[n] for m in per_prompt if n < len(h := m.get("accepted_histogram") or []))
+            for n in range(max((len(m.get("accepted_histogram") or []) for m in per_prompt), default=0))]
+    k_drafted = sum(m["mean_k"] * m["drafts"] for m in per_prompt if m.get("mean_k") is not None)
     nodes = draft_tokens / drafts if drafts else 0.0
     out: dict[str, Any] = {
         "n_prompts": len(per_prompt),
@@ -85,6 +96,8 @@ def summarize(per_prompt: Sequence[dict[str, Any]], timings: Sequence[BatchTimin
         # tokens emitted per token the verify forward processes (the pending one included): 1.0 target-only
         "al_per_verified_token": al / (1 + nodes),
         "per_position_acceptance": per_pos,
+        "mean_k": k_drafted / drafts if drafts else None,  # K drafted per step (strategy.k unless K is adaptive)
+        "accepted_histogram": hist,  # [k+1] row-steps that accepted exactly n drafts
         "acceptance_length_per_prompt": spread([m["acceptance_length"] for m in per_prompt]),
         "itl_ms": spread([g for m in per_prompt for g in m["itl_ms"]]),
     }

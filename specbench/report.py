@@ -42,13 +42,14 @@ from pathlib import Path
 from typing import Any
 
 COLUMNS = ("job", "strategy", "settings", "k", "temperature", "top_k", "top_p", "target", "draft", "dataset",
-           "n_prompts", "batch_size", "nodes_per_step", "acceptance_length", "al_per_verified_token", "acceptance_rate",
+           "n_prompts", "batch_size", "nodes_per_step", "mean_k", "acceptance_length", "al_per_verified_token", "acceptance_rate",
            "tpot_baseline_ms", "tpot_strategy_ms", "speedup", "exact_match", "per_position_acceptance", "verify_ms_per_step", "tpot_baseline_ms_median", "tpot_strategy_ms_median",
-           "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens")
+           "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens", "accepted_histogram")
 # shown in report.md only when they differ between jobs (always in report.csv)
-_COLLAPSIBLE = ("top_k", "top_p", "batch_size", "nodes_per_step", "al_per_verified_token")  # the last two: trees
+_COLLAPSIBLE = ("top_k", "top_p", "batch_size", "nodes_per_step", "al_per_verified_token",  # these two: trees
+                "mean_k")  # K drafted per step: differs from k under adaptive K
 _CSV_ONLY = ("per_position_acceptance", "verify_ms_per_step", "tpot_baseline_ms_median", "tpot_strategy_ms_median", "tpot_strategy_ms_p90",
-             "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens")
+             "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens", "accepted_histogram")
 # strategy settings that are not the strategy's own options
 _NOT_SETTINGS = ("_target_", "name", "k")
 
@@ -244,6 +245,7 @@ def job_row(results: Mapping[str, Any], label: str) -> dict[str, Any]:
         "n_prompts": run.get("n_prompts"),
         "batch_size": run.get("batch_size"),
         "nodes_per_step": _get(results, "strategy", "nodes_per_step"),
+        "mean_k": _get(results, "strategy", "mean_k"),
         "acceptance_length": _get(results, "strategy", "acceptance_length"),
         "al_per_verified_token": _get(results, "strategy", "al_per_verified_token"),
         "acceptance_rate": _get(results, "strategy", "acceptance_rate"),
@@ -259,6 +261,8 @@ def job_row(results: Mapping[str, Any], label: str) -> dict[str, Any]:
         "speedup_per_prompt_median": _get(results, "speedup", "per_prompt", "median"),
         "speedup_per_prompt_p90": _get(results, "speedup", "per_prompt", "p90"),
         "output_tokens": _get(results, "strategy", "output_tokens"),
+        # row-steps that accepted 0, 1, ..., k drafts
+        "accepted_histogram": " ".join(str(c) for c in _get(results, "strategy", "accepted_histogram") or []),
     }
 
 

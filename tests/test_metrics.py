@@ -30,3 +30,26 @@ def test_tree_metrics_per_node_and_per_step():
 def test_target_only_is_one_token_per_verified_token():
     out = summarize([prompt_metrics(_row(0, 0, 0, []))], [BatchTiming(total_s=1.0, verify_s=0.5, steps=4)])
     assert out["al_per_verified_token"] == 1.0 and out["verify_ms_per_step"] == pytest.approx(125.0)
+
+
+def test_mean_k_and_the_accepted_histogram_under_a_varying_k():
+    """Adaptive K: row 0 drafted K = 3, 1, 2 (accepting 3, 0, 1), row 1 K = 3, 3 (accepting 2, 3). Counted over
+    row-steps like AL: mean K 12/5, histogram [1, 1, 1, 2]; AL and acceptance rate keep their definitions."""
+    rows = [RowResult(output_ids=list(range(7)), drafts=3, draft_tokens=6, accepted_tokens=4, accepted_at=[2, 1, 1],
+                      k_drafted=6, accepted_histogram=[1, 1, 0, 1], ttft_s=0.01, latency_s=0.5),
+            RowResult(output_ids=list(range(8)), drafts=2, draft_tokens=6, accepted_tokens=5, accepted_at=[2, 2, 1],
+                      k_drafted=6, accepted_histogram=[0, 0, 1, 1], ttft_s=0.01, latency_s=0.5)]
+    per_prompt = [prompt_metrics(r) for r in rows]
+    assert [m["mean_k"] for m in per_prompt] == [2.0, 3.0]
+    assert per_prompt[0]["accepted_histogram"] == [1, 1, 0, 1]
+    out = summarize(per_prompt)
+    assert out["mean_k"] == pytest.approx(12 / 5)
+    assert out["accepted_histogram"] == [1, 1, 1, 2]
+    assert sum(out["accepted_histogram"]) == out["drafts"] == 5
+    assert sum(n * c for n, c in enumerate(out["accepted_histogram"])) == out["accepted_tokens"] == 9
+    assert out["acceptance_length"] == pytest.approx(1 + 9 / 5) and out["acceptance_rate"] == pytest.approx(9 / 12)
+
+
+def test_target_only_has_no_k_and_an_empty_histogram():
+    out = summarize([prompt_metrics(_row(0, 0, 0, []))])
+    assert out["mean_k"] is None and out["accepted_histogram"] == []

@@ -201,3 +201,30 @@ def test_tree_columns_show_when_the_tree_differs(tmp_path):
     _fake_sweep(chain)  # results without tree metrics (older runs): no tree columns
     assert main([str(chain), "--out", str(tmp_path / "out2")]) == 0
     assert "nodes_per_step" not in (tmp_path / "out2" / "report.md").read_text().split("\n\n")[1]
+
+
+def test_mean_k_shows_when_it_differs_and_the_histogram_is_in_the_csv(tmp_path):
+    """Adaptive K: mean K drafted per step is a report.md column where jobs differ in it (fixed k vs a schedule),
+    and report.csv holds it and the accepted-count histogram of every job."""
+    root = tmp_path / "adaptive"
+    for i, (mean_k, hist) in enumerate([(3.0, [4, 3, 2, 1]), (1.75, [2, 5, 1, 0])]):
+        r = fake_results("eagle", 3, 0.0, 1.8, 1.0)
+        r["strategy"].update(mean_k=mean_k, accepted_histogram=hist)
+        job = root / f"{i}_job"
+        (job / ".hydra").mkdir(parents=True)
+        (job / "results.json").write_text(json.dumps(r))
+    assert main([str(root), "--out", str(tmp_path / "out")]) == 0
+    header = (tmp_path / "out" / "report.md").read_text().split("\n\n")[1].splitlines()[0]
+    assert "mean_k" in header and "accepted_histogram" not in header
+    with open(tmp_path / "out" / "report.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["mean_k"], r["accepted_histogram"]) for r in rows] == [("3.0", "4 3 2 1"), ("1.75", "2 5 1 0")]
+
+    same = tmp_path / "same"
+    for i in range(2):
+        r = fake_results("eagle", 3, 0.0, 1.8 + i / 10, 1.0)
+        r["strategy"].update(mean_k=3.0, accepted_histogram=[1, 1, 1, 1])
+        (same / f"{i}_job" / ".hydra").mkdir(parents=True)
+        (same / f"{i}_job" / "results.json").write_text(json.dumps(r))
+    assert main([str(same), "--out", str(tmp_path / "out2")]) == 0
+    assert "mean_k" not in (tmp_path / "out2" / "report.md").read_text().split("\n\n")[1].splitlines()[0]

@@ -18,10 +18,31 @@ does (DESIGN.md's table):
 | samples | at T > 0 drafts are sampled from q and q is returned; otherwise argmax, treated as one-hot q |
 | cuda_graphs | the draft runner is captured in CUDA graphs when engine.cuda_graphs is on |
 | one_extra_forward_pass + drop_first_drafted_tokens (settings) | the seed PR's scheme: the accepted tail and the bonus token go in two forwards and the first one's draft is dropped (K+1 forwards per step) instead of one catch-up forward (K) |
+
+Adaptive K (settings k_schedule, confidence_threshold, k_by_batch_size; chains only). strategy.k stays the most
+a step drafts (it sizes the caches and the verify window); each step drafts K_step <= k tokens, one number for the
+whole batch, because the verify forward has one shape [B, K_step + 1]:
+
+- k_schedule=fixed: K_step = k.
+- k_schedule=heuristic (transformers' num_assistant_tokens_schedule="heuristic"): K starts at k for each batch;
+  after a step in which every active row accepted all its drafts K += 2, otherwise K -= 1 (never under 1, never
+  over k). At batch 1 this is transformers' rule, capped at k.
+- k_schedule=confidence (transformers' assistant_confidence_threshold): drafting stops after a draft d_i whose
+  probability under the draft, q(d_i) (softmax of its logits when it drafts greedily), is under
+  confidence_threshold in EVERY active row (d_i is still verified; one host sync per draft forward). A chain
+  drafter (draft_model, eagle, layer_skip) stops its loop there; a parallel drafter (medusa) drafts K at once and
+  truncates after the first such position; a lookup drafter (ngram) has no probabilities and refuses it.
+- k_by_batch_size={rows: K, ...} (vLLM's num_speculative_tokens_per_batch_size): the most K_step may be, by the
+  number of ACTIVE rows: the value of the largest key <= active rows (k when no key is). Combines with the schedules.
+Trees verify a fixed node count per step: topk and static trees refuse adaptive K; a dynamic tree (EAGLE-2) takes
+k_schedule=confidence as a stop on its expansion: once it holds num_nodes nodes, it stops going deeper when every
+active row's likeliest frontier path has a cumulative draft probability under the threshold (fewer draft forwards;
+the rerank keeps num_nodes, so the verify shape is unchanged). mean K reports the depth expanded.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,6 +58,7 @@ from specbench.strategies.trees import topk_parents
 from specbench.verify import SamplingParams, Verdict, logits_to_probs, sample_from
 
 DRAFTING = ("chain", "parallel", "lookup")
+K_SCHEDULES = ("fixed", "heuristic", "confidence")
 
 
 def raise_if_vocab_too_large(draft_vocab: int, target_vocab: int, draft_name: str, target_name: str) -> None:
@@ -76,6 +98,7 @@ class DecodeState:
     prompt_lengths: list[int]
     active: torch.Tensor  # [B] bool, rows still generating
     max_len: int  # cache slots per row
+    active_host: list[bool] | None = None  # the same as `active`, on the host (None = every row active)
     mm_inputs: list[dict | None] | None = None  # per row: images etc. for multimodal runners (None = text)
     # from the last target forward, for strategies with pass_hidden_states_to_model:
     target_hidden: torch.Tensor | None = None  # [B, T, H] final-norm hidden states of that forward
@@ -134,9 +157,18 @@ class Proposer(ABC):
 
     def __init__(self, ctx: BuildContext, k: int, name: str = "", one_extra_forward_pass: bool = False,
                  drop_first_drafted_tokens: bool = False, tree: str = "chain", top_k: int = 1, num_nodes: int = 0,
-                 tree_choices: list[list[int]] | None = None, **options: Any) -> None:
+                 tree_choices: list[list[int]] | None = None, k_schedule: str = "fixed",
+                 confidence_threshold: float = 0.4, k_by_batch_size: Mapping[int, int] | None = None,
+                 **options: Any) -> None:
         if options:
             raise ConfigError(f"strategy {name or type(self).__name__} got unknown settings {sorted(options)}")
+        if k > 0:  # strategy none (k = 0) drafts nothing: the schedule settings are ignored
+            type(self).raise_if_bad_schedule(name, k_schedule, confidence_threshold, k_by_batch_size, k, tree)
+        self.k_schedule, self.confidence_threshold = k_schedule, confidence_threshold
+        # [(rows, K)] ascending by rows: the K cap for a step with at least `rows` active rows
+        self.k_by_batch_size = sorted((int(r), int(v)) for r, v in (k_by_batch_size or {}).items())
+        self.k_now = k  # k_schedule=heuristic: this batch's current K
+        self.step_k = k  # the K the last propose() drafted (a chain's length; a tree's depth bound)
         type(self).raise_if_bad_scheme(name, one_extra_forward_pass, drop_first_drafted_tokens)
         type(self).raise_if_bad_tree(name, tree, top_k, num_nodes, k, tree_choices)
         self.tree, self.top_k, self.num_nodes = tree, top_k, num_nodes
@@ -159,10 +191,16 @@ class Proposer(ABC):
         self.seen: list[int] = []  # per row: committed positions < seen[b] are in the draft's cache
         self.features: torch.Tensor | None = None  # [B, S, H] the target's features by position (hidden-state drafters)
         self.floor = torch.zeros((1, 1), dtype=torch.long, device=ctx.device)  # [B, 1] each row's prompt length
+        self.last_logits: torch.Tensor | None = None  # the catch-up forward's logits (parallel: all K positions)
         self.draft_forwards = 0  # draft forwards run by propose() (results.json: draft forwards per step)
         # the draft's own noise, independent of the verifier's (seed + 1); reseed() restarts it
         self.generator = torch.Generator(device=ctx.device)
         self.reseed()
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether K_step can differ from k (the verify forward then takes widths 2 .. k+1)."""
+        return self.k > 0 and (self.k_schedule != "fixed" or bool(self.k_by_batch_size))
 
     @property
     def nodes_per_step(self) -> int:
@@ -190,6 +228,38 @@ class Proposer(ABC):
         cls.raise_if_bad_scheme(name, cfg.get("one_extra_forward_pass", False), cfg.get("drop_first_drafted_tokens", False))
         cls.raise_if_bad_tree(name, cfg.get("tree", "chain"), cfg.get("top_k", 1), cfg.get("num_nodes", 0), k,
                               cfg.get("tree_choices"))
+        cls.raise_if_bad_schedule(name, cfg.get("k_schedule", "fixed"), cfg.get("confidence_threshold", 0.4),
+                                  cfg.get("k_by_batch_size"), k, cfg.get("tree", "chain"))
+
+    @classmethod
+    def raise_if_bad_schedule(cls, name: str, schedule: Any, threshold: Any, by_batch: Any, k: int, tree: Any) -> None:
+        """k_schedule, confidence_threshold and k_by_batch_size (adaptive K, see the module docstring)."""
+        if schedule not in K_SCHEDULES:
+            raise ConfigError(f"strategy.k_schedule={schedule!r} for strategy {name!r}; allowed: {', '.join(K_SCHEDULES)}")
+        if schedule == "confidence":
+            if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 < threshold < 1:
+                raise ConfigError(f"strategy.confidence_threshold={threshold!r} for strategy {name!r} with "
+                                  f"k_schedule=confidence; allowed: a number strictly between 0 and 1")
+            if cls.drafting == "lookup":
+                raise ConfigError(f"strategy.k_schedule=confidence for strategy {name!r}; allowed only for drafters "
+                                  f"with a draft distribution (draft_model, eagle, layer_skip, medusa): a lookup draft "
+                                  f"has no probability of its own tokens. Use fixed, heuristic or k_by_batch_size")
+        if by_batch is not None:
+            items = list(by_batch.items()) if isinstance(by_batch, Mapping) else None
+            ok = lambda x, lo: isinstance(x, int) and not isinstance(x, bool) and x >= lo  # noqa: E731
+            if not items or not all(ok(r, 1) and ok(v, 1) and v <= k for r, v in items):
+                raise ConfigError(f"strategy.k_by_batch_size={by_batch!r} for strategy {name!r} with k={k}; allowed: "
+                                  f"null or a mapping {{active rows: K}} with integer keys >= 1 and values 1..k "
+                                  f"(e.g. {{1: {k}, 8: 1}}; the largest key <= the active rows applies)")
+        if (schedule == "heuristic" or by_batch is not None) and tree != "chain":
+            raise ConfigError(f"strategy.k_schedule={schedule} / k_by_batch_size={by_batch!r} with strategy.tree={tree} "
+                              f"for strategy {name!r}; allowed: heuristic and k_by_batch_size with tree=chain only (a "
+                              f"tree verifies a fixed node count per step); trees take k_schedule=fixed, and "
+                              f"tree=dynamic also k_schedule=confidence")
+        if schedule == "confidence" and tree not in ("chain", "dynamic"):
+            raise ConfigError(f"strategy.k_schedule=confidence with strategy.tree={tree} for strategy {name!r}; allowed "
+                              f"with tree=chain (stop drafting) or tree=dynamic (stop expanding when every path "
+                              f"probability is under the threshold); a topk or static tree has a fixed shape")
 
     @classmethod
     def raise_if_bad_tree(cls, name: str, tree: Any, top_k: Any, num_nodes: Any = 0, k: int = 1,
@@ -276,14 +346,51 @@ class Proposer(ABC):
             positions = torch.arange(first, p, device=self.device).expand(b, p - first)
             self.draft_forward(state.tokens[:, first:p], positions, self._features_before(positions), attn_len=p)
         self.seen = [max(n, first) for n in state.prompt_lengths]
+        self.k_now = self.k  # the heuristic schedule starts each batch at k (transformers' "heuristic_transient")
+
+    def step_limit(self, state: DecodeState) -> int:
+        """The most this step may draft: k, capped by k_by_batch_size for the active rows and by the heuristic's K."""
+        limit = self.k
+        if self.k_by_batch_size:
+            rows = sum(state.active_host) if state.active_host is not None else state.batch_size
+            limit = min(limit, next((v for r, v in reversed(self.k_by_batch_size) if r <= rows), self.k))
+        return min(limit, self.k_now) if self.k_schedule == "heuristic" else limit
+
+    def schedule_next(self, accepted: list[int], active: list[bool]) -> None:
+        """After a step (the engine calls it; accepted [B] on the host, active = the rows that drafted in it): the
+        heuristic schedule's K for the next step, +2 when every active row accepted all step_k drafts, else -1
+        (transformers' AssistedCandidateGenerator.update_candidate_strategy, capped at k)."""
+        if self.k_schedule != "heuristic" or not any(active):
+            return
+        full = all(n >= self.step_k for n, on in zip(accepted, active) if on)  # all it drafted (transformers:
+        self.k_now = min(self.k, self.k_now + 2) if full else max(1, self.k_now - 1)  # num_matches == candidates)
 
     def propose(self, state: DecodeState) -> Draft:
-        bsz, k = state.batch_size, self.k
+        limit = self.step_limit(state) if self.adaptive else self.k
+        self.step_k = limit
+        draft = self._propose(state, limit)
+        if self.adaptive and self.drafting != "chain" and draft.chain:  # a parallel or lookup chain: cut to the limit
+            cut = limit
+            if self.k_schedule == "confidence" and draft.tokens.shape[1] > 1:
+                # the draft's probability of each of its own picks: q, or softmax of the logits kept by _pick
+                conf = self._confidence(self.last_logits, draft.tokens, draft.probs)  # [B, K]
+                low = (conf < self.confidence_threshold) | ~state.active[:, None]  # [B, K]
+                unsure = low.all(0)  # [K] positions where every active row is unsure
+                cut = min(cut, int(torch.where(unsure, torch.arange(1, unsure.shape[0] + 1, device=unsure.device),
+                                               unsure.shape[0]).min()))  # one host sync
+            self.step_k = cut
+            if cut < draft.tokens.shape[1]:
+                draft = Draft(tokens=draft.tokens[:, :cut], probs=None if draft.probs is None else draft.probs[:, :cut])
+        return draft
+
+    def _propose(self, state: DecodeState, k: int) -> Draft:
+        """The draft of one step, at most k deep for a chain drafter (parallel and lookup draft self.k; propose cuts)."""
+        bsz = state.batch_size
         self._keep_features(state)
         if self.drafting == "lookup":
             drafted = self.lookup(state)
             return drafted if isinstance(drafted, Draft) else Draft(tokens=drafted)
-        attn_len = max(state.lengths_host) + k
+        attn_len = max(state.lengths_host) + self.k
         # 1) catch up: the last T committed tokens, T = the most any row has not seen (at least the pending one);
         #    rows that saw more re-feed tokens at their own positions, which rewrites identical cache entries
         unseen = [n - s for n, s in zip(state.lengths_host, self.seen)] if self.owns_kv_cache else [1] * bsz
@@ -301,13 +408,15 @@ class Proposer(ABC):
             elif all(n - 2 >= p for n, p in zip(state.lengths_host, state.prompt_lengths)):
                 t = 2
         out = self._forward(state, t, attn_len)  # ... then (or in the default scheme, with it) the pending token
+        self.last_logits = out.logits  # a parallel drafter's [B, K, V]: propose's confidence cut reads it
         if self.owns_kv_cache:
             self.seen = list(state.lengths_host)
         # 2) draft: one forward gave K (parallel), or feed d_i back for the next (d_K never needs the cache), or
         #    grow a static or dynamic tree from the catch-up's distribution, one forward per depth (trees.py)
         if self.tree == "dynamic":
+            stop = self._path_stop(state.active) if self.k_schedule == "confidence" else None
             tokens, parents = trees.expand_dynamic(self._feed, out, state.lengths[:, None], state.lengths_host, k,
-                                                   self.top_k, self.num_nodes)
+                                                   self.top_k, self.num_nodes, stop=stop)
             return Draft(tokens=tokens, parents=parents)
         if self.static_tree is not None:
             tree = self.static_tree
@@ -334,6 +443,9 @@ class Proposer(ABC):
                 tokens.append(others)
                 if q is not None:
                     probs.append(torch.zeros_like(q).expand(-1, self.top_k - 1, -1).scatter(-1, others[..., None], 1.0))
+            if i + 1 < k and self.k_schedule == "confidence" and self._unsure(out.logits, d, q, state.active):
+                self.step_k = i + 1
+                break
             if i + 1 < k:
                 pos = state.lengths[:, None] + i  # d_{i+1} sits at position lengths + i
                 out = self.draft_forward(d, pos, out.hidden, attn_len)
@@ -353,7 +465,8 @@ class Proposer(ABC):
         # none is kept, the next catch-up rewrites them from the target's true features.
         # A static or dynamic tree was written at scratch slots, not at its positions: nothing is kept either.
         scratch = self.tree in ("dynamic", "static")
-        kept = (lambda n: 0) if self.pass_hidden_states_to_model or scratch else (lambda n: min(n, self.k - 1))
+        # (the chain wrote d_1..d_{K_step - 1}: with adaptive K this step's K, not k)
+        kept = (lambda n: 0) if self.pass_hidden_states_to_model or scratch else (lambda n: min(n, self.step_k - 1))
         if self.tree == "topk" and self.top_k > 1:  # the draft fed only the chain: the path's leading chain nodes
             chain = [[node == d * self.top_k for d, node in enumerate(row)] for row in verdict.path.tolist()]
             accepted = [next((d for d, on in enumerate(row[:n]) if not on), n) for row, n in zip(chain, accepted)]
@@ -390,6 +503,30 @@ class Proposer(ABC):
         assert self.features is not None
         before = (positions - 1).clamp(min=0)
         return self.features.gather(1, before[..., None].expand(-1, -1, self.features.shape[-1]))
+
+    def _confidence(self, logits: torch.Tensor, tokens: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
+        """[B, N] the draft's probability of its own picks tokens [B, N]: q(d) when it sampled (probs [B, N, V]),
+        else softmax(logits [B, N, V]) at d (a greedy draft's confidence in its argmax)."""
+        dist = probs if probs is not None else torch.softmax(logits.float(), dim=-1)
+        return dist.gather(-1, tokens[..., None])[..., 0]
+
+    def _path_stop(self, active: torch.Tensor):
+        """k_schedule=confidence, tree=dynamic: stop expanding when every active row's likeliest frontier path has a
+        cumulative draft probability under the threshold (trees.expand_dynamic asks once the tree holds num_nodes)."""
+        log_t = math.log(self.confidence_threshold)
+
+        def stop(score: torch.Tensor, depth: int) -> bool:  # score [B, w]: log path probabilities of the frontier
+            done = bool(((score.max(-1).values < log_t) | ~active).all())  # one host sync per depth
+            if done:
+                self.step_k = depth
+            return done
+        return stop
+
+    def _unsure(self, logits: torch.Tensor, d: torch.Tensor, q: torch.Tensor | None, active: torch.Tensor) -> bool:
+        """k_schedule=confidence, chain: whether every active row's last draft d [B, 1] is under the threshold
+        (one host sync per draft forward, as in transformers' ConfidenceCriteria)."""
+        low = self._confidence(logits, d, q)[:, 0] < self.confidence_threshold  # [B]
+        return bool((low | ~active).all())
 
     def _pick(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[B, N, V] logits -> draft tokens [B, N] and, when the strategy samples at T > 0, q [B, N, V]."""

@@ -159,9 +159,14 @@ def _frontier_forward(feed: Feed, tok: torch.Tensor, depth: int, hidden: torch.T
 
 
 def expand_dynamic(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: list[int], k: int, w: int,
-                   num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
+                   num_nodes: int, stop: Callable[[torch.Tensor, int], bool] | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """EAGLE-2's dynamic tree from the catch-up forward `root` (logits [B, 1+, V] at the pending token; hidden for
-    hidden-state drafters). Returns (tokens, parents) [B, num_nodes], topological."""
+    hidden-state drafters). Returns (tokens, parents) [B, num_nodes], topological.
+
+    `stop(score, depth)` (adaptive K): asked before each deeper expansion once the tree holds >= num_nodes nodes, with
+    the frontier's cumulative log path probabilities score [B, w] and the depth made so far; True ends the expansion
+    there (the rerank then keeps num_nodes of the nodes made, so the verify shape does not change)."""
     bsz, dev = lengths.shape[0], lengths.device
     attn_len = max(lengths_host) + (k - 1) * w
     score, tok = torch.log_softmax(root.logits[:, -1].float(), -1).topk(w, -1)  # [B, w] depth 1
@@ -171,6 +176,8 @@ def expand_dynamic(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: l
     hidden = None if root.hidden is None else root.hidden[:, -1:].expand(-1, w, -1)
     made = w
     for depth in range(1, k):
+        if stop is not None and made >= num_nodes and stop(score, depth):
+            break
         out, path = _frontier_forward(feed, tok, depth, hidden, path, lengths, (depth - 1) * w, attn_len)
         child_score, child_tok = (score[..., None] + torch.log_softmax(out.logits.float(), -1)).topk(w, -1)
         scores.append(child_score.flatten(1))  # [B, w * w], frontier-major

@@ -70,7 +70,8 @@ def test_build_time_checks_on_the_target():
     cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "strategy" / "layer_skip.yaml"))
     assert cfg == {"_target_": "specbench.strategies.layer_skip.LayerSkipProposer", "name": "layer_skip", "k": 3,
                    "num_layers": None, "one_extra_forward_pass": False, "drop_first_drafted_tokens": False,
-                   "tree": "chain", "top_k": 1, "num_nodes": 0, "tree_choices": None}
+                   "tree": "chain", "top_k": 1, "num_nodes": 0, "tree_choices": None, "k_schedule": "fixed",
+                   "confidence_threshold": 0.4, "k_by_batch_size": None}
 
 
 def test_draft_shares_weights_and_owns_a_shallow_cache():

@@ -194,7 +194,7 @@ def test_yaml_defaults_and_unknown_settings(tmp_path):
 
     cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "strategy" / "ngram.yaml"))
     assert cfg == {"_target_": "specbench.strategies.ngram.NgramProposer", "name": "ngram", "k": 3, "min_n": 1, "max_n": 3,
-                   "tree": "chain", "top_k": 1}
+                   "tree": "chain", "top_k": 1, "k_schedule": "fixed", "confidence_threshold": 0.4, "k_by_batch_size": None}
     NgramProposer.validate(cfg)
     t = tiny("tiny-llama")
     ctx = BuildContext(target=t, target_runner=None, draft=None, sampling=SamplingParams(), device=CPU)
