@@ -30,7 +30,7 @@ from specbench.verify import SamplingParams, Verifier
 from test_conformance import (CPU, MAX_NEW, PROMPT, SAMPLING, TARGETS, _compose, _plain_greedy, _pvalues, _run,
                               _settings, _strategy_class, sharp_target)  # noqa: F401 (sharp_target: a fixture)
 
-K = 3  # every registry yaml's k
+K = 3  # the k every run here drafts at most (strategy.k, given explicitly: a yaml's own default may differ)
 # the tiny random targets are near-uniform (a draft's top probability ~0.013-0.016): this threshold cuts some steps
 # short and not others (measured: mean K 1.3-2.9 for draft_model, eagle, layer_skip, medusa on tiny-llama)
 SCHEDULES = {
@@ -68,7 +68,7 @@ VARIANTS = [pytest.param(s, extra, id=f"{s}[{name}]") for name, extra in SCHEDUL
 @pytest.mark.parametrize("strategy, extra", VARIANTS)
 def test_greedy_output_equals_plain_greedy_whatever_k(strategy, extra, target, batch_size, tmp_path):
     needs_draft = _strategy_class(strategy).needs_draft_model
-    report = _run(strategy, target, tmp_path, f"engine.batch_size={batch_size}", *_settings(extra),
+    report = _run(strategy, target, tmp_path, f"engine.batch_size={batch_size}", *_settings({"k": K, **extra}),
                   *([f"draft={TARGETS[target]}"] if needs_draft else []))
     for i, o in enumerate(report.outputs):
         expected, _ = _plain_greedy(target, tuple(o["prompt_token_ids"]), MAX_NEW)
@@ -89,7 +89,7 @@ def test_greedy_output_equals_plain_greedy_whatever_k(strategy, extra, target, b
 @pytest.mark.parametrize("strategy, extra", [v for v in VARIANTS if _strategy_class(v.values[0]).needs_draft_model
                                              and "tree" not in v.values[1]])
 def test_a_self_draft_accepts_every_token_it_drafts(strategy, extra, temperature, tmp_path):
-    report = _run(strategy, "tiny-qwen3", tmp_path, "draft=self", "engine.batch_size=4", *_settings(extra),
+    report = _run(strategy, "tiny-qwen3", tmp_path, "draft=self", "engine.batch_size=4", *_settings({"k": K, **extra}),
                   f"sampling.temperature={temperature}")
     summary = report.results["strategy"]
     assert summary["acceptance_length"] == pytest.approx(1 + summary["mean_k"], abs=1e-12), summary
@@ -128,7 +128,7 @@ def _sample(strategy: str, target, extra: dict, rule=None) -> tuple[np.ndarray, 
     """N rows of PROMPT through the strategy (registry config + extra): tokens [N, TOKENS], acceptance rate per
     drafted token, mean K drafted."""
     options = {**OmegaConf.to_container(_compose("target=tiny-llama", f"strategy={strategy}").strategy, resolve=True),
-               **extra}
+               "k": K, **extra}
     cls = get_class(options.pop("_target_"))
     draft = perturbed(target, 0.3) if cls.needs_draft_model else None
     ctx = BuildContext(target=target, target_runner=make_runner(target.model), draft=draft, sampling=SAMPLING, device=CPU)
@@ -181,7 +181,7 @@ def test_bad_schedule_settings_are_config_errors(strategy, settings, fragment):
 
 
 def test_the_registry_yamls_hold_the_schedule_settings_and_pass_validation():
-    for strategy in ("draft_model", "eagle", "layer_skip", "medusa", "ngram"):
+    for strategy in available_strategies():  # every yaml, the ones added later included
         cfg = OmegaConf.to_container(_compose(f"strategy={strategy}").strategy, resolve=True)
         assert (cfg["k_schedule"], cfg["k_by_batch_size"], cfg["confidence_threshold"]) == ("fixed", None, 0.4)
         _strategy_class(strategy).validate(cfg | {"k_schedule": "heuristic", "k_by_batch_size": {1: K, 16: 1}})
