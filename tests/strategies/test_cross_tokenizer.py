@@ -180,6 +180,41 @@ def test_the_draft_sequence_follows_the_committed_text_and_its_anchor_trails_by_
     assert row.anchor >= len(ids) - 4 - 2  # it moved up, to within a merged pair of the lookbehind
 
 
+@pytest.mark.parametrize("rule", ["uad", "tli"])
+def test_the_draft_cache_holds_each_rows_draft_sequence(rule):
+    """Every distribution the draft drafts from equals a full recompute of the draft model over that row's draft
+    sequence (its re-tokenized text, then its drafts so far): the rollback to the common prefix and the feeding
+    at each row's own positions leave no stale or misplaced entry."""
+    target, draft = pair()
+    prompts = _prompts(target.tokenizer, 4)
+    ctx = _context(target, draft)
+    proposer = DraftModelProposer(ctx, k=3, cross_tokenizer=rule, lookbehind=3)
+    seen: list[tuple[list[list[int]], list[torch.Tensor]]] = []  # per step: each row's cached ids, the picks' logits
+    pick, lookup = proposer._pick_draft, proposer.lookup
+
+    def spy_pick(logits):
+        seen[-1][1].append(logits.clone())
+        return pick(logits)
+
+    def spy_lookup(state):
+        seen.append(([], []))
+        out = lookup(state)
+        seen[-1][0].extend(list(row.cached) for row in proposer.rows)
+        return out
+
+    proposer._pick_draft, proposer.lookup = spy_pick, spy_lookup
+    engine = Engine(ctx.target_runner, proposer, Verifier(GREEDY, CPU), max_new_tokens=16, eos_ids=set(), device=CPU)
+    rows, _ = engine.generate(prompts)
+    assert len(seen) > 4 and any(row.anchor > 0 for row in proposer.rows)
+    for cached, logits in seen:
+        for i, at in enumerate(logits):  # pick i drafted after the row's sequence and its first i drafts
+            for b, ids in enumerate(cached):
+                context = ids[: len(ids) - (proposer.k - 1) + i]
+                with torch.no_grad():
+                    want = draft.model(torch.tensor([context]), use_cache=False).logits[0, -1]
+                torch.testing.assert_close(at[b], want, atol=1e-4, rtol=1e-4)
+
+
 # -- losslessness ----------------------------------------------------------------------------------------------
 
 def _prompts(tok, n: int) -> list[list[int]]:
@@ -291,3 +326,26 @@ def test_a_draft_of_the_same_tokenizer_stays_plain_draft_model():
     target, _ = pair()
     proposer = DraftModelProposer(_context(target, target), k=3)
     assert type(proposer) is DraftModelProposer and proposer.owns_kv_cache and proposer.drafting == "chain"
+
+
+def _plan(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    from specbench.run import CONF_DIR, plan
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return plan(compose(config_name="config", overrides=["strategy=draft_model", "dataset=builtin", "logger=none",
+                                                             *overrides]))
+
+
+def test_the_packaged_pair_plans_both_ways_and_refusals_come_before_loading():
+    """Presets only (nothing is loaded): a larger draft vocabulary of another family waits for the tokenizers."""
+    p = _plan("target=smollm2-135m", "draft=gemma3-270m")
+    assert (p.target.label, p.draft.label, p.draft.vocab_size) == ("smollm2-135m", "gemma3-270m", 262144)
+    assert _plan("target=gemma3-270m").draft.label == "smollm2-135m"  # draft=auto: the preset's pair
+    with pytest.raises(ConfigError, match=r"vocabulary of 262144 entries, larger than target 'smollm2-135m'"):
+        _plan("target=smollm2-135m", "draft=gemma3-270m", "strategy.cross_tokenizer=off")
+    with pytest.raises(ConfigError, match=r"cross_tokenizer=uad with sampling.temperature > 0"):
+        _plan("target=gemma3-270m", "strategy.cross_tokenizer=uad", "sampling.temperature=1")
+    with pytest.raises(ConfigError, match=r"vocabulary of 49152 entries, larger than target 'tiny-llama'"):
+        _plan("target=tiny-llama", "draft=smollm2-135m-random")  # random weights: one byte tokenizer, refused as before
