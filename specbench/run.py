@@ -103,7 +103,10 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
         if d["name"] == "auto" and not d["path"]:
             d["name"] = suggested_draft(target.name)
         draft = resolve_spec(d, "draft")
-        if draft.vocab_size and target.vocab_size:  # presets: refuse before loading anything
+        check = getattr(cls, "validate_draft", None)  # the draft against the target, before loading (draft_model)
+        if check is not None:
+            check(strategy_cfg, draft, target, sampling.greedy)
+        elif draft.vocab_size and target.vocab_size:  # presets: refuse before loading anything
             raise_if_vocab_too_large(draft.vocab_size, target.vocab_size, draft.label, target.label)
     e = c.engine
     device_name = e.device

@@ -84,7 +84,7 @@ BAD = [
     (["verify.synthetic_per_position=[0.5,1.5]"], "verify.synthetic_per_position=[0.5, 1.5]; allowed: a list of rates in [0, 1]"),
     (["logger=wandb", "+logger.projet=x"], "logger 'wandb': got an unexpected keyword argument 'projet'"),
     # issue 10: checks the configuration decides, before a model loads
-    (["+strategy.kk=3"], "unknown setting(s) ['kk'] for strategy 'draft_model'; allowed: confidence_threshold, drop_first_drafted_tokens, k, k_by_batch_size, k_schedule, name, num_nodes, one_extra_forward_pass, top_k, tree, tree_choices"),
+    (["+strategy.kk=3"], "unknown setting(s) ['kk'] for strategy 'draft_model'; allowed: confidence_threshold, cross_tokenizer, drop_first_drafted_tokens, k, k_by_batch_size, k_schedule, lookbehind, name, num_nodes, one_extra_forward_pass, top_k, tree, tree_choices"),
     (["strategy=layer_skip", "strategy.num_layers=5"], "strategy.num_layers=5 for strategy 'layer_skip'; allowed: an integer in 1..1"),
     (["strategy=layer_skip", "engine.backend=transformers"], "layer_skip with engine.backend='transformers'"),
     (["strategy=eagle", "strategy.checkpoint=eagle-smollm2-135m"],

@@ -3,7 +3,9 @@
 `make_draft_runner` picks the runner from the DRAFT's own config (a VLM draft gets VLMRunner and
 the images, a text draft our decoder or transformers' forward, whatever the target is), puts it
 under CUDA graphs when asked, and guards it against ids it cannot embed (`OutOfVocabGuard`).
-`raise_if_tokenizers_disagree` refuses a draft whose shared ids mean other tokens to the target.
+`first_disagreement` finds a shared id that means another token to the target (draft_model then drafts
+across tokenizers, strategies/cross_tokenizer.py, or with cross_tokenizer=off `raise_if_tokenizers_disagree`
+refuses the draft).
 """
 
 from __future__ import annotations
@@ -48,6 +50,21 @@ def make_draft_runner(hf_model: nn.Module, backend: str = "auto", num_layers: in
     return OutOfVocabGuard(runner, pad if isinstance(pad, int) and 0 <= pad < runner.vocab_size else 0)
 
 
+def first_disagreement(draft_tok: Any, target_tok: Any) -> tuple[int, str, str] | None:
+    """The first shared id (< both tokenizers' sizes) that the two tokenizers map to different tokens, as
+    (id, draft's token, target's token); None when they agree on every shared id. Tokenizers without an id ->
+    token table (the byte stand-in of random presets) are not compared."""
+    if draft_tok is target_tok or not all(hasattr(t, "convert_ids_to_tokens") for t in (draft_tok, target_tok)):
+        return None
+    n = min(len(draft_tok), len(target_tok))
+    ids = list(range(n))
+    a, b = draft_tok.convert_ids_to_tokens(ids), target_tok.convert_ids_to_tokens(ids)
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i, x, y
+    return None
+
+
 def raise_if_tokenizers_disagree(draft_tok: Any, target_tok: Any, draft_name: str, target_name: str) -> None:
     """Refuse a draft whose tokenizer maps a shared id (< both tokenizers' sizes) to a different token.
 
@@ -55,15 +72,13 @@ def raise_if_tokenizers_disagree(draft_tok: Any, target_tok: Any, draft_name: st
     token to the target. Tokenizers without an id -> token table (the byte stand-in of random
     presets) are not compared.
     """
-    if draft_tok is target_tok or not all(hasattr(t, "convert_ids_to_tokens") for t in (draft_tok, target_tok)):
-        return
-    n = min(len(draft_tok), len(target_tok))
-    ids = list(range(n))
-    a, b = draft_tok.convert_ids_to_tokens(ids), target_tok.convert_ids_to_tokens(ids)
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            raise ConfigError(
-                f"draft {draft_name!r} and target {target_name!r} tokenizers disagree on id {i}: draft has {x!r}, "
-                f"target has {y!r} (first of the {n} shared ids to differ); draft_model needs the same token for every "
-                f"shared id. Pick a draft of the target's tokenizer family (e.g. Qwen3 for Qwen2.5-VL / Qwen3-VL)"
-            )
+    found = first_disagreement(draft_tok, target_tok)
+    if found is not None:
+        i, x, y = found
+        n = min(len(draft_tok), len(target_tok))
+        raise ConfigError(
+            f"draft {draft_name!r} and target {target_name!r} tokenizers disagree on id {i}: draft has {x!r}, "
+            f"target has {y!r} (first of the {n} shared ids to differ); draft_model with strategy.cross_tokenizer=off "
+            f"needs the same token for every shared id. Set strategy.cross_tokenizer=auto (draft across tokenizers), "
+            f"or pick a draft of the target's tokenizer family (e.g. Qwen3 for Qwen2.5-VL / Qwen3-VL)"
+        )

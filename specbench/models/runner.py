@@ -82,12 +82,17 @@ class RunnerWrapper:
 
 
 class TransformersRunner(nn.Module):
-    """Fallback for architectures our decoder does not cover: transformers' own forward, no KV cache.
+    """Fallback for architectures our decoder does not cover: transformers' own forward, no KV cache of ours.
 
     It keeps each row's tokens by slot in `history` and recomputes the whole prefix on every call. A chain
     (slot == position, no tree arguments) runs transformers' forward as it is: causal attention makes slot p
     depend only on slots 0..p, so stale slots above a row's length never matter. Exact, and slow: O(length)
     work per forward. Use it for correctness on new architectures, not for speed figures.
+
+    One row at a time (batch 1, a chain: what engine.batch_size=1 and a cross-tokenizer draft's catch-ups feed), it
+    keeps transformers' own KV cache instead (a DynamicCache of full-attention layers: a sliding-window layer's mask
+    is the model's own, over the full cache): a call at positions p0..p0+T-1 cuts the cache back to p0 (or to what it
+    holds, feeding the history from there) and feeds the new tokens, O(T) work; logits come out for them only.
 
     Trees (`slots`, `tree_mask` / `tree_path`, `move_kv`: DecoderRunner's meanings). Since every call
     recomputes every slot, each slot keeps what it was fed with: its RoPE position (`slot_pos`, fed as
@@ -110,6 +115,8 @@ class TransformersRunner(nn.Module):
         self.history: torch.Tensor | None = None  # [B, S] int64 tokens by slot
         self.slot_pos: torch.Tensor | None = None  # [B, S] int64 RoPE position by slot
         self.sees: torch.Tensor | None = None  # [B, S, S] bool: slot q sees slot k; None = causal (a chain only)
+        self.cache: Any = None  # batch 1 chains: transformers' DynamicCache over slots [0, cached)
+        self.cached = 0
 
     @property
     def vocab_size(self) -> int:
@@ -127,6 +134,7 @@ class TransformersRunner(nn.Module):
         self.history = torch.zeros((batch_size, max_len), dtype=torch.long, device=self.device)
         self.slot_pos = torch.arange(max_len, device=self.device).repeat(batch_size, 1)
         self.sees = None
+        self.cache, self.cached = None, 0
 
     @torch.inference_mode()
     def forward(
@@ -146,6 +154,10 @@ class TransformersRunner(nn.Module):
         s = self.max_len if attn_len is None else attn_len
         at = positions if slots is None else slots  # [B, T] the slots this call writes
         self.history.scatter_(1, at, tokens)
+        if tokens.shape[0] == 1 and slots is None and tree_mask is None and tree_path is None and self.sees is None:
+            out = self._cached_forward(positions, logits_at, want_hidden, hidden_layers)
+            if out is not None:
+                return out
         kwargs: dict[str, Any] = {}
         if slots is not None or tree_mask is not None or tree_path is not None or self.sees is not None:
             # 1) a tree (now or earlier in this batch): record what each written slot is fed with, then mask
@@ -169,6 +181,37 @@ class TransformersRunner(nn.Module):
             layer_hidden = [pick(out.hidden_states[i + 1]) for i in hidden_layers]
         return ForwardOutput(logits=logits, hidden=hidden, layer_hidden=layer_hidden or [])
 
+    def _cached_forward(self, positions: torch.Tensor, logits_at: torch.Tensor | None, want_hidden: bool,
+                        hidden_layers: tuple[int, ...]) -> ForwardOutput | None:
+        """Batch 1, a chain at positions [1, T]: feed history[start:end] over the KV cache cut back to start; None when
+        the positions are not consecutive (the caller recomputes)."""
+        from transformers import DynamicCache
+
+        pos = positions[0].tolist()  # one small host copy per forward (this fallback runner only)
+        p0, end = pos[0], pos[-1] + 1
+        if pos != list(range(p0, end)):
+            self.cache, self.cached = None, 0
+            return None
+        if self.cache is None:
+            self.cache, self.cached = DynamicCache(), 0
+        start = min(self.cached, p0)
+        for layer in self.cache.layers:  # roll back: the slots from `start` on are fed again
+            if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4:
+                layer.keys, layer.values = layer.keys[..., :start, :], layer.values[..., :start, :]
+        span = torch.arange(start, end, device=positions.device)
+        out = self.hf_model(self.history[:, start:end], position_ids=span[None], cache_position=span,
+                            past_key_values=self.cache, use_cache=True,
+                            output_hidden_states=want_hidden or bool(hidden_layers))
+        self.cached = end
+        cols = positions - start if logits_at is None else (positions - start).gather(1, logits_at)  # [1, T']
+        logits = out.logits.gather(1, cols[..., None].expand(-1, -1, out.logits.shape[-1])).float()
+        hidden, layer_hidden = None, []
+        if out.hidden_states is not None:
+            pick = lambda h: h.gather(1, (positions - start)[..., None].expand(-1, -1, h.shape[-1]))  # noqa: E731
+            hidden = pick(out.hidden_states[-1]) if want_hidden else None
+            layer_hidden = [pick(out.hidden_states[i + 1]) for i in hidden_layers]
+        return ForwardOutput(logits=logits, hidden=hidden, layer_hidden=layer_hidden)
+
     @torch.inference_mode()
     def move_kv(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Move each row's tokens and their positions from slots src [B, n] to slots dst [B, n] (sources read before
@@ -185,6 +228,7 @@ class TransformersRunner(nn.Module):
 
     def _start_trees(self) -> None:
         """The first tree call of a batch: every slot so far was a chain token at its own position."""
+        self.cache, self.cached = None, 0  # trees recompute every slot from here on
         if self.sees is None:
             _raise_if_no_custom_masks(self.config)
             s = self.max_len
