@@ -33,7 +33,7 @@ from specbench.models.multimodal import image_processor_for, make_vlm_aware_runn
 from specbench.models.cuda_graphs import cuda_graphs_default, graph_captures, maybe_graphed
 from specbench.models.runner import BACKENDS
 from specbench.models.tensor_parallel import env_rank, init_group, raise_if_unshardable
-from specbench.strategies.base import BuildContext, Proposer, raise_if_vocab_too_large
+from specbench.strategies.base import BuildContext, Proposer
 from specbench.strategies.none import TargetOnly
 from specbench.synthetic import SyntheticVerifier, rate_for_acceptance_length
 from specbench.verify import SamplingParams, Verifier
@@ -103,11 +103,7 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
         if d["name"] == "auto" and not d["path"]:
             d["name"] = suggested_draft(target.name)
         draft = resolve_spec(d, "draft")
-        check = getattr(cls, "validate_draft", None)  # the draft against the target, before loading (draft_model)
-        if check is not None:
-            check(strategy_cfg, draft, target, sampling.greedy)
-        elif draft.vocab_size and target.vocab_size:  # presets: refuse before loading anything
-            raise_if_vocab_too_large(draft.vocab_size, target.vocab_size, draft.label, target.label)
+        cls.validate_draft(strategy_cfg, draft, target, sampling.greedy)  # the draft against the target, before loading
     e = c.engine
     device_name = e.device
     if device_name == "auto":

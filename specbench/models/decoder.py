@@ -326,7 +326,7 @@ class DecoderRunner(nn.Module):
             s = self.max_len if attn_len is None else attn_len
             mask = torch.arange(s, device=tokens.device)[None, None, None, :] <= positions[:, None, :, None]
         for i, layer in enumerate(self.layers):
-            attn, mlp, w = layer.self_attn, layer.mlp, self._w[i]
+            attn, w = layer.self_attn, self._w[i]
             x, h = K.add_rmsnorm(x, pending, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
             qkv = lin(h, w["qkv_w"], w["qkv_b"])  # [N, (Hq + 2 Hkv) D]; F.linear above 16 rows
             kc, vc = self.k_cache[i], self.v_cache[i]

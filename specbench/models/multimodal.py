@@ -42,7 +42,7 @@ from torch import nn
 
 from specbench.errors import ConfigError, unknown
 from specbench.models.cuda_graphs import maybe_graphed
-from specbench.models.decoder import VLM_TEXT_ARCHS, ForwardOutput
+from specbench.models.decoder import ForwardOutput
 from specbench.models.runner import BACKENDS, DecoderRunner, TransformersRunner, make_runner
 
 # model_type of the M-RoPE VLMs this runner drives (their rope index and image features)

@@ -286,6 +286,13 @@ class Proposer(ABC):
         """The settings against the target's sizes known before loading (a preset, a local config.json)."""
 
     @classmethod
+    def validate_draft(cls, cfg: Mapping[str, Any], draft: Any, target: Any, greedy: bool) -> None:
+        """needs_draft_model: the draft's spec against the target's before loading (run.plan). By default a draft
+        vocabulary larger than the target's is refused where both sizes are known (presets, local configs)."""
+        if draft.vocab_size and target.vocab_size:
+            raise_if_vocab_too_large(draft.vocab_size, target.vocab_size, draft.label, target.label)
+
+    @classmethod
     def checkpoint_record(cls, cfg: Mapping[str, Any], target: Any) -> dict[str, Any] | None:
         """What results.json records of the drafter's checkpoint (files, SHA-256); None without one."""
         return None

@@ -23,7 +23,6 @@ the norm). Only the decoder layers and the final norm train.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 
