@@ -243,7 +243,7 @@ class Engine:
         inputs = torch.cat([state.tokens.gather(1, start), draft.tokens], dim=1)
         out = self.target(inputs, start + depth, attn_len=max(lengths_host) + n, slots=start + torch.arange(n + 1, device=dev),
                           tree_mask=mask, want_hidden=self.want_hidden, hidden_layers=self.hidden_layers)
-        verdict = self.verifier.tree(draft.tokens, draft.parents, draft.probs, out.logits)
+        verdict = self.verifier.tree(draft.tokens, draft.parents, draft.probs, out.logits, (depth, mask))
         path = verdict.path[:, :k]  # [B, K] node indices in depth order (-1 past the accepted length)
         walked = torch.arange(k, device=dev)[None] < verdict.accepted[:, None]
         dst = state.lengths[:, None] + torch.arange(k, device=dev)  # the path's positions L, L+1, ...

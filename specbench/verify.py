@@ -173,44 +173,34 @@ def tree_layout(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return mask.sum(-1) - 1, mask
 
 
-def _tree_layout_loop(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """tree_layout's reference: one node at a time, each row its parent's row plus itself (tests compare them)."""
-    bsz, n = parents.shape
-    dev = parents.device
-    depth = torch.zeros((bsz, n + 1), dtype=torch.long, device=dev)
-    mask = torch.zeros((bsz, n + 1, n + 1), dtype=torch.bool, device=dev)
-    mask[:, 0, 0] = True
-    rows = torch.arange(bsz, device=dev)
-    for i in range(n):
-        up = parents[:, i] + 1
-        depth[:, i + 1] = depth[rows, up] + 1
-        mask[:, i + 1] = mask[rows, up]
-        mask[:, i + 1, i + 1] = True
-    return depth, mask
-
-
-def greedy_tree_verify(draft_tokens: torch.Tensor, parents: torch.Tensor, target_logits: torch.Tensor) -> TreeVerdict:
+def greedy_tree_verify(draft_tokens: torch.Tensor, parents: torch.Tensor, target_logits: torch.Tensor,
+                       layout: tuple[torch.Tensor, torch.Tensor] | None = None) -> TreeVerdict:
     """T = 0 acceptance of a tree.
 
     draft_tokens, parents: [B, N]; target_logits: [B, N+1, V] (column 0 follows the pending token, column i+1
-    follows node i). From the pending token down, move to the first child whose token is the target's argmax
-    after its parent, while there is one: the path is the target's own greedy continuation, so the output
-    equals target-only greedy decoding. A chain (parents -1, 0, 1, ...) gives greedy_verify's prefix.
+    follows node i); layout: tree_layout(parents) when the caller has it. From the pending token down, move to the
+    first child (in draft order) whose token is the target's argmax after its parent, while there is one: the path
+    is the target's own greedy continuation, so the output equals target-only greedy decoding. A chain (parents
+    -1, 0, 1, ...) gives greedy_verify's prefix.
+
+    No loop over the nodes: a node matches when its token is the argmax after its parent; it is taken when it
+    matches and no earlier sibling does; the path is the nodes whose ancestors (and themselves) are all taken,
+    one per depth, put in order by depth.
     """
     bsz, n = draft_tokens.shape
+    dev = draft_tokens.device
+    depth, mask = tree_layout(parents) if layout is None else layout  # [B, 1+N], [B, 1+N, 1+N]
     target_argmax = target_logits.argmax(dim=-1)  # [B, N+1]
-    node = torch.full((bsz,), -1, dtype=torch.long, device=draft_tokens.device)  # current node per row
-    path = torch.full((bsz, n), -1, dtype=torch.long, device=draft_tokens.device)
-    length = torch.zeros(bsz, dtype=torch.long, device=draft_tokens.device)
-    rows = torch.arange(bsz, device=draft_tokens.device)
-    # one pass in node order: a node's children come after it, so a row that moves to node j meets j's children
-    # later in the same pass; siblings are tried in draft order (the first match wins a duplicate)
-    for j in range(n):
-        want = target_argmax.gather(1, (node + 1)[:, None])[:, 0]  # [B] the target's token after the current node
-        move = (parents[:, j] == node) & (draft_tokens[:, j] == want)
-        path[rows, length] = torch.where(move, j, path[rows, length])
-        length = length + move.long()
-        node = torch.where(move, j, node)
+    match = draft_tokens == target_argmax.gather(1, parents + 1)  # [B, N]
+    index = torch.arange(n, device=dev)
+    earlier_sibling = (parents[:, None, :] == parents[:, :, None]) & (index[None, :] < index[:, None])[None]  # [B, N, N]
+    taken = match & ~(earlier_sibling & match[:, None, :]).any(-1)  # [B, N]
+    on_path = ~(mask[:, 1:, 1:] & ~taken[:, None, :]).any(-1)  # [B, N] every ancestor-or-self taken
+    length = on_path.sum(-1)  # [B] one node per depth 1..length
+    slot = torch.where(on_path, depth[:, 1:] - 1, n)  # [B, N] a path node's place by depth; n: dropped
+    path = torch.full((bsz, n + 1), -1, dtype=torch.long, device=dev).scatter_(1, slot, index.expand(bsz, n))[:, :n]
+    last = path.gather(1, (length - 1).clamp_min(0)[:, None])[:, 0]
+    node = torch.where(length > 0, last, -1)
     next_token = target_argmax.gather(1, (node + 1)[:, None])[:, 0]
     return TreeVerdict(path=path, accepted=length, next_token=next_token)
 
@@ -294,10 +284,11 @@ class Verifier:
         parents: torch.Tensor,  # [B, N] topological
         draft_probs: torch.Tensor | None,  # [B, N, V] or None (one-hot)
         target_logits: torch.Tensor,  # [B, N+1, V]
+        layout: tuple[torch.Tensor, torch.Tensor] | None = None,  # tree_layout(parents), when the caller has it
     ) -> TreeVerdict:
         """Verify a tree: greedy_tree_verify at T = 0, else tree_rejection_sample on this verifier's noise."""
         if self.params.greedy:
-            return greedy_tree_verify(draft_tokens, parents, target_logits)
+            return greedy_tree_verify(draft_tokens, parents, target_logits, layout)
         bsz, n = draft_tokens.shape
         vocab = target_logits.shape[-1]
         if draft_probs is not None and draft_probs.shape[-1] < vocab:

@@ -177,7 +177,7 @@ def test_drafts_without_q_are_verified_as_one_hot_and_stay_lossless():
 def test_tree_layout_equals_the_node_by_node_reference():
     """Pointer jumping gives the same depths and ancestor masks as walking the nodes one by one: chains (deepest
     case), top-k combs and random topological trees of odd sizes, rows of one batch differing."""
-    from specbench.verify import _tree_layout_loop, tree_layout
+    from specbench.verify import tree_layout
 
     g = torch.Generator().manual_seed(0)
     cases = [torch.arange(-1, 16)[None].expand(3, -1), torch.tensor([[-1, -1, 0, 0, 2, 2, 4]])]
@@ -188,3 +188,19 @@ def test_tree_layout_equals_the_node_by_node_reference():
         depth, mask = tree_layout(parents)
         want_depth, want_mask = _tree_layout_loop(parents)
         assert torch.equal(depth, want_depth) and torch.equal(mask, want_mask), parents
+
+
+def _tree_layout_loop(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """tree_layout's reference: one node at a time, each row its parent's row plus itself (tests compare them)."""
+    bsz, n = parents.shape
+    dev = parents.device
+    depth = torch.zeros((bsz, n + 1), dtype=torch.long, device=dev)
+    mask = torch.zeros((bsz, n + 1, n + 1), dtype=torch.bool, device=dev)
+    mask[:, 0, 0] = True
+    rows = torch.arange(bsz, device=dev)
+    for i in range(n):
+        up = parents[:, i] + 1
+        depth[:, i + 1] = depth[rows, up] + 1
+        mask[:, i + 1] = mask[rows, up]
+        mask[:, i + 1, i + 1] = True
+    return depth, mask
