@@ -293,8 +293,8 @@ def test_a_tree_accepts_at_least_what_its_chain_accepts_on_a_repetitive_prompt()
         if settings:
             tree_verify = verifier.tree
 
-            def spy(tokens, parents, probs, logits):
-                verdict = tree_verify(tokens, parents, probs, logits)
+            def spy(tokens, parents, probs, logits, layout=None):
+                verdict = tree_verify(tokens, parents, probs, logits, layout)
                 assert parents[0, :k].tolist() == [-1, 0, 1]  # branch 0 (the chain) leads
                 steps.append((int(verdict.accepted[0]), int(greedy_verify(tokens[:, :k], logits[:, : k + 1]).accepted[0])))
                 return verdict
