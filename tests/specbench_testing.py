@@ -211,6 +211,7 @@ def tp_forward_worker(rank: int, world: int, port: int, out: str) -> None:
         logits = tp_forward_logits(DecoderRunner(tiny("tiny-qwen3-tp").model, tp=TPGroup(rank, world)))
         if rank == 0:
             torch.save(logits, out)
+        dist.barrier()  # both ranks done before either tears gloo down (a rank leaving first aborted the other in CI)
     finally:
         dist.destroy_process_group()
 
