@@ -62,7 +62,7 @@ class _Plan:
     max_new_tokens: int
     max_model_len: int
     backend: str
-    rule: Callable[..., Any] | None  # the acceptance rule for T > 0 (None = verify.rejection_sample)
+    rules: dict[str, Callable[..., Any]]  # Verifier's rule / tree_rule / greedy_tree_rule (empty = torch references)
     cuda_graphs: bool
     batch_invariant: bool  # the decoder's batch-invariant kernels on CUDA (engine.batch_invariant)
     synthetic: dict[str, Any]  # verify.synthetic_*: empty = real, lossless acceptance
@@ -78,7 +78,7 @@ class _Plan:
         if self.synthetic:
             return SyntheticVerifier(self.sampling, self.device, self.synthetic.get("synthetic_acceptance_length"),
                                      self.synthetic.get("synthetic_per_position"))
-        return Verifier(self.sampling, self.device, rule=self.rule)
+        return Verifier(self.sampling, self.device, **self.rules)
 
 
 def available_strategies() -> list[str]:
@@ -138,14 +138,14 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
             raise ConfigError(f"max_new_tokens={max_new} + strategy.k={k} + 1 (verify slot) + a prompt of at least one "
                               f"token = {max_new + k + 2} positions exceeds max_position_embeddings={limit} "
                               f"of {role} {spec.label!r}; lower max_new_tokens or strategy.k")
-    rule = _acceptance_rule(device, e.triton_verify)
+    rules = _acceptance_rules(device, e.triton_verify)
     synthetic = {key: v for key, v in asdict(c.verify).items() if v is not None}
     if synthetic.get("synthetic_acceptance_length") is not None and k >= 1:
         rate_for_acceptance_length(float(synthetic["synthetic_acceptance_length"]), k)  # ConfigError outside [1, k+1]
     raise_if_unknown_logger_settings(target_class(c.logger, "logger", NullLogger), c.logger)
     prompts = load_prompts(asdict(c.dataset))
     return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], e.batch_size,
-                 max_new, c.max_model_len, e.backend, rule, cuda_graphs_default(e.cuda_graphs, device),
+                 max_new, c.max_model_len, e.backend, rules, cuda_graphs_default(e.cuda_graphs, device),
                  e.batch_invariant, synthetic, cls.checkpoint_record(strategy_cfg, target), e.tensor_parallel)
 
 
@@ -173,17 +173,21 @@ def raise_if_unknown_logger_settings(cls: type[NullLogger], cfg: Mapping[str, An
         raise ConfigError(f"logger {cfg.get('name')!r}: {e}; its settings are the parameters of {cls.__name__}") from None
 
 
-def _acceptance_rule(device: torch.device, setting: str | bool):
-    """The Triton rejection sampler on CUDA (bit-identical to the torch reference), else the reference."""
+def _acceptance_rules(device: torch.device, setting: str | bool) -> dict[str, Callable[..., Any]]:
+    """The Triton acceptance kernels on CUDA (equal to the torch references on the same noise): the chain's
+    rejection sampler, and the tree's walk at T = 0 and recursive rejection sampler at T > 0. Else none: the
+    Verifier uses the references."""
     if setting is False or device.type != "cuda":
-        return None
+        return {}
     from specbench.kernels.rejection import rejection_sample_triton, triton_available
+    from specbench.kernels.tree_rejection import greedy_tree_verify_triton, tree_rejection_sample_triton
 
     if triton_available(device):
-        return rejection_sample_triton
+        return {"rule": rejection_sample_triton, "tree_rule": tree_rejection_sample_triton,
+                "greedy_tree_rule": greedy_tree_verify_triton}
     if setting is True:
         raise ConfigError("engine.triton_verify=true but triton is not available on this machine")
-    return None
+    return {}
 
 
 def _warm_up(engines: Any, p: _Plan, token_ids: list[list[int]], mm_inputs: list[dict | None] | None) -> None:
@@ -306,6 +310,8 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     ctx = BuildContext(target=target, target_runner=target_runner, draft=draft, sampling=p.sampling,
                        device=p.device, backend=p.backend, cuda_graphs=p.cuda_graphs, batch_invariant=p.batch_invariant)
     proposer = build(p.strategy_cfg, ctx)  # the Proposer classes take ctx first
+    if proposer.nodes_per_step > k:  # a tree's verify window holds more cache slots than its k positions
+        check_prompt_lengths(p.prompts, token_ids, p.max_model_len, p.max_new_tokens, extra=proposer.nodes_per_step + 1)
     eos = set() if (cfg.get("engine") or {}).get("ignore_eos", False) else target.eos_ids
 
     def engine_for(prop: Proposer) -> Engine:
@@ -401,6 +407,7 @@ def _run_ranks(cfg: DictConfig | Mapping[str, Any], world: int) -> Report:
     os.environ.update({**env, "RANK": "0", "LOCAL_RANK": "0"})
     try:
         report = run(OmegaConf.create(container))
+        _barrier()
     finally:
         for key, value in saved.items():
             if value is None:
@@ -427,11 +434,21 @@ def _rank_worker(container: dict[str, Any], env: dict[str, str]) -> None:
     os.environ.update(env)
     try:
         run(OmegaConf.create(container))
+        _barrier()
     finally:
         import torch.distributed as dist
 
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _barrier() -> None:
+    """After a rank's job succeeded: wait for the others, so that no rank tears the process group down while
+    another still talks through it (gloo aborts the process then)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
 
 
 def _position_limits(*models: tuple[str, LoadedModel | None]) -> list[tuple[str, int]]:

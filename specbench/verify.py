@@ -198,11 +198,10 @@ def greedy_tree_verify(draft_tokens: torch.Tensor, parents: torch.Tensor, target
     on_path = ~(mask[:, 1:, 1:] & ~taken[:, None, :]).any(-1)  # [B, N] every ancestor-or-self taken
     length = on_path.sum(-1)  # [B] one node per depth 1..length
     slot = torch.where(on_path, depth[:, 1:] - 1, n)  # [B, N] a path node's place by depth; n: dropped
-    path = torch.full((bsz, n + 1), -1, dtype=torch.long, device=dev).scatter_(1, slot, index.expand(bsz, n))[:, :n]
-    last = path.gather(1, (length - 1).clamp_min(0)[:, None])[:, 0]
-    node = torch.where(length > 0, last, -1)
+    path = torch.full((bsz, n + 1), -1, dtype=torch.long, device=dev).scatter_(1, slot, index.expand(bsz, n))
+    node = path.gather(1, (length - 1).clamp_min(0)[:, None])[:, 0]  # -1 when nothing is accepted (or N = 0)
     next_token = target_argmax.gather(1, (node + 1)[:, None])[:, 0]
-    return TreeVerdict(path=path, accepted=length, next_token=next_token)
+    return TreeVerdict(path=path[:, :n], accepted=length, next_token=next_token)
 
 
 def tree_rejection_sample(
@@ -263,10 +262,13 @@ class Verifier:
     """
 
     def __init__(self, params: SamplingParams, device: torch.device | str, rule: Callable[..., Verdict] | None = None,
-                 tree_rule: Callable[..., TreeVerdict] | None = None) -> None:
+                 tree_rule: Callable[..., TreeVerdict] | None = None,
+                 greedy_tree_rule: Callable[..., TreeVerdict] | None = None) -> None:
         self.params = params
-        self.rule = rule or rejection_sample  # same signature as rejection_sample (the Triton kernel plugs in here)
-        self.tree_rule = tree_rule or tree_rejection_sample  # same signature as tree_rejection_sample
+        # the Triton kernels (specbench.kernels.rejection, .tree_rejection) plug in here, with the same signatures
+        self.rule = rule or rejection_sample
+        self.tree_rule = tree_rule or tree_rejection_sample
+        self.greedy_tree_rule = greedy_tree_rule or greedy_tree_verify
         self.device = torch.device(device)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(params.seed)
@@ -286,9 +288,9 @@ class Verifier:
         target_logits: torch.Tensor,  # [B, N+1, V]
         layout: tuple[torch.Tensor, torch.Tensor] | None = None,  # tree_layout(parents), when the caller has it
     ) -> TreeVerdict:
-        """Verify a tree: greedy_tree_verify at T = 0, else tree_rejection_sample on this verifier's noise."""
+        """Verify a tree: the greedy tree rule at T = 0, else the tree rejection rule on this verifier's noise."""
         if self.params.greedy:
-            return greedy_tree_verify(draft_tokens, parents, target_logits, layout)
+            return self.greedy_tree_rule(draft_tokens, parents, target_logits, layout)
         bsz, n = draft_tokens.shape
         vocab = target_logits.shape[-1]
         if draft_probs is not None and draft_probs.shape[-1] < vocab:

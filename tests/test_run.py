@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,20 @@ def test_prompt_longer_than_the_context_is_refused(tmp_path: Path):
     with pytest.raises(ConfigError, match="max_model_len"):
         run(cfg(*TINY, "max_model_len=20", f"+output_dir={tmp_path}"))
     assert not (tmp_path / "results.json").exists()
+
+
+def test_a_tree_needs_its_verify_window_inside_max_model_len(tmp_path: Path):
+    """A chain needs k+1 slots past the output; a tree needs its nodes_per_step+1: a max_model_len that fits the
+    chain exactly is refused for a 3-wide tree of the same depth, before anything is decoded."""
+    with pytest.raises(ConfigError, match=r"is (\d+) tokens long") as e:
+        run(cfg(*TINY, "max_model_len=8", f"+output_dir={tmp_path}"))
+    longest = int(re.search(r"is (\d+) tokens long", str(e.value)).group(1))
+    fits_chain = f"max_model_len={longest + 6 + 2 + 1}"  # 6 new tokens, k=2, the verify slot
+    run(cfg(*TINY, fits_chain, "strategy.k=2", "engine.warmup=false", f"+output_dir={tmp_path / 'chain'}"))
+    with pytest.raises(ConfigError, match=r"\+ 7 extra \(strategy slack\).*max_model_len"):
+        run(cfg(*TINY, fits_chain, "strategy.k=2", "strategy.tree=topk", "strategy.top_k=3", "engine.warmup=false",
+                f"+output_dir={tmp_path / 'tree'}"))
+    assert not (tmp_path / "tree" / "results.json").exists()
 
 
 # --- issue 10: results that cannot lie ---------------------------------------------------------------

@@ -98,14 +98,18 @@ class GraphedRunner(RunnerWrapper):
             return
         rows = max(rows, self.rows)
         slots = max(-(-(max_len + 1) // SLOT_ROUND) * SLOT_ROUND, self.max_len)
+        self.drop_graphs()  # they point at the old cache
+        self.runner.allocate(rows, slots)
+
+    def drop_graphs(self) -> None:
+        """Forget every captured graph, for when a tensor they read is replaced (the cache, a rope table): drop
+        them AND their memory pool. Capturing into the pool of graphs that no longer exist trips the caching
+        allocator (use_count assert, issue 9), and a failed capture leaves the RNG in capture mode for every
+        later job of the process."""
         if self.graphs and self.capture:
-            torch.cuda.synchronize(self.device)  # no replay may still be reading what is freed below
-        # the graphs point at the old cache: drop them AND their memory pool. Capturing into the pool of
-        # graphs that no longer exist trips the caching allocator (use_count assert, issue 9), and a
-        # failed capture leaves the RNG in capture mode for every later job of the process.
+            torch.cuda.synchronize(self.device)  # no replay may still be reading what is freed
         self.graphs.clear()
         self.pool = None
-        self.runner.allocate(rows, slots)
 
     def __call__(self, *args: Any, **kwargs: Any) -> ForwardOutput:
         return self.forward(*args, **kwargs)

@@ -273,8 +273,8 @@ class FastVLMRunner(VLMRunner):
         most = max(self.rope_deltas, default=0)
         if self.decoder.max_len + most > self.decoder.rope_cos.shape[0]:  # rotary positions past the cache's slots
             self.decoder.rope_table(self.decoder.max_len + most)  # (rare: image rows' deltas are <= 0)
-            if self.step is not self.decoder:  # graphs captured over the old tables are dropped
-                self.step.graphs.clear()
+            if self.step is not self.decoder:  # graphs captured over the old tables are dropped, with their pool
+                self.step.drop_graphs()
 
     def move_kv(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         self.decoder.move_kv(src, dst)
