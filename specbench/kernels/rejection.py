@@ -77,6 +77,19 @@ if triton is not None:
         return tl.where(any_nan > 0, float("nan"), top), idx
 
     @triton.jit
+    def _merged_argmax(part_val_ptr, part_idx_ptr, b, K, NUM_CHUNKS, ACC: tl.constexpr, BLOCK_K1: tl.constexpr,
+                       BLOCK_C: tl.constexpr):
+        """Row b's argmax per column 0..K ([BLOCK_K1] int32), merged from _greedy_partial_kernel's chunk results."""
+        pos = tl.arange(0, BLOCK_K1)
+        chunk = tl.arange(0, BLOCK_C)
+        m = (pos[:, None] <= K) & (chunk[None, :] < NUM_CHUNKS)
+        at = (b * (K + 1) + pos[:, None]) * NUM_CHUNKS + chunk[None, :]
+        v = tl.load(part_val_ptr + at, mask=m, other=float("-inf")).to(ACC)
+        ix = tl.load(part_idx_ptr + at, mask=m, other=_NO_INDEX)
+        _, target_argmax = _argmax(v, ix, 1)
+        return target_argmax
+
+    @triton.jit
     def _greedy_partial_kernel(
         logits_ptr,  # [B, K+1, V]
         s_lb,
@@ -126,12 +139,7 @@ if triton is not None:
     ):
         b = tl.program_id(0).to(tl.int64)
         pos = tl.arange(0, BLOCK_K1)
-        chunk = tl.arange(0, BLOCK_C)
-        m = (pos[:, None] <= K) & (chunk[None, :] < NUM_CHUNKS)
-        at = (b * (K + 1) + pos[:, None]) * NUM_CHUNKS + chunk[None, :]
-        v = tl.load(part_val_ptr + at, mask=m, other=float("-inf")).to(ACC)
-        ix = tl.load(part_idx_ptr + at, mask=m, other=_NO_INDEX)
-        _, target_argmax = _argmax(v, ix, 1)  # [BLOCK_K1]
+        target_argmax = _merged_argmax(part_val_ptr, part_idx_ptr, b, K, NUM_CHUNKS, ACC, BLOCK_K1, BLOCK_C)
         d = tl.load(draft_ptr + b * s_db + pos * s_dk, mask=pos < K, other=-1)
         # accepted = the first position that differs; position K always "differs" (it is the bonus)
         differs = (target_argmax.to(tl.int64) != d) | (pos >= K)

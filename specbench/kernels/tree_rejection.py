@@ -40,6 +40,16 @@ _INTERPRETED = rejection._INTERPRETED  # decided when rejection was imported (te
 
 if triton is not None:
     _pick, _argmax, _NO_INDEX = rejection._pick, rejection._argmax, rejection._NO_INDEX
+    _merged_argmax = rejection._merged_argmax
+
+    @triton.jit
+    def _load_r(p_ptr, s_pb, s_pn, s_pv, scratch_ptr, from_p, b, col, buf, V, idx, m):
+        """r at entries idx: column `col` of p while `from_p`, else scratch buffer `buf` of row b."""
+        if from_p != 0:
+            r = tl.load(p_ptr + b * s_pb + col * s_pn + idx * s_pv, mask=m, other=0.0)
+        else:
+            r = tl.load(scratch_ptr + (2 * b + buf) * V + idx, mask=m, other=0.0)
+        return r
 
     @triton.jit
     def _at(values, pos, i):
@@ -67,13 +77,8 @@ if triton is not None:
     ):
         b = tl.program_id(0).to(tl.int64)
         pos = tl.arange(0, BLOCK_N1)
-        chunk = tl.arange(0, BLOCK_C)
-        m = (pos[:, None] <= N) & (chunk[None, :] < NUM_CHUNKS)
-        at = (b * (N + 1) + pos[:, None]) * NUM_CHUNKS + chunk[None, :]
-        v = tl.load(part_val_ptr + at, mask=m, other=float("-inf")).to(ACC)
-        ix = tl.load(part_idx_ptr + at, mask=m, other=_NO_INDEX)
-        _, argmax = _argmax(v, ix, 1)  # [BLOCK_N1] the target's argmax after column i
-        argmax = argmax.to(tl.int64)
+        # [BLOCK_N1] the target's argmax after column i
+        argmax = _merged_argmax(part_val_ptr, part_idx_ptr, b, N, NUM_CHUNKS, ACC, BLOCK_N1, BLOCK_C).to(tl.int64)
         # from the pending token down: take the first child (in node order) whose token is the argmax after it
         node = tl.cast(-1, tl.int64)
         length = tl.cast(0, tl.int64)
@@ -137,10 +142,7 @@ if triton is not None:
             parent = tl.load(parent_ptr + b * s_ab + j * s_an)
             if parent == node:
                 x = tl.load(draft_ptr + b * s_db + j * s_dn)
-                if from_p != 0:
-                    r_x = tl.load(p_ptr + b * s_pb + col * s_pn + x * s_pv)
-                else:
-                    r_x = tl.load(scratch_ptr + (2 * b + buf) * V + x)
+                r_x = _load_r(p_ptr, s_pb, s_pn, s_pv, scratch_ptr, from_p, b, col, buf, V, x, True)
                 if HAS_Q:
                     q_x = tl.load(q_ptr + b * s_qb + j * s_qn + x * s_qv).to(tl.float64)
                 else:
@@ -159,10 +161,7 @@ if triton is not None:
                     for off in range(0, V, BLOCK_V):
                         idx = off + lanes
                         m = idx < V
-                        if from_p != 0:
-                            r = tl.load(p_ptr + b * s_pb + col * s_pn + idx * s_pv, mask=m, other=0.0)
-                        else:
-                            r = tl.load(scratch_ptr + (2 * b + buf) * V + idx, mask=m, other=0.0)
+                        r = _load_r(p_ptr, s_pb, s_pn, s_pv, scratch_ptr, from_p, b, col, buf, V, idx, m)
                         if HAS_Q:
                             q = tl.load(q_ptr + b * s_qb + j * s_qn + idx * s_qv, mask=m, other=0.0)
                         else:
@@ -182,10 +181,7 @@ if triton is not None:
         for off in range(0, V, BLOCK_V):
             idx = off + lanes
             m = idx < V
-            if from_p != 0:
-                r = tl.load(p_ptr + b * s_pb + col * s_pn + idx * s_pv, mask=m, other=0.0)
-            else:
-                r = tl.load(scratch_ptr + (2 * b + buf) * V + idx, mask=m, other=0.0)
+            r = _load_r(p_ptr, s_pb, s_pn, s_pv, scratch_ptr, from_p, b, col, buf, V, idx, m)
             e = tl.load(e_ptr + b * s_eb + idx * s_ev, mask=m, other=1.0)
             w = tl.where(m, tl.math.div_rn(r, e), float("-inf"))
             best_v, best_i = _pick(best_v, best_i, w, idx)
