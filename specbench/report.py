@@ -35,7 +35,7 @@ import json
 import math
 import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -571,23 +571,39 @@ def _short(value: Any) -> str:
     return "/".join(Path(text).parts[-2:]) if "/" in text else text
 
 
-def _series_key(row: Mapping[str, Any], varying: Sequence[str]) -> str:
-    settings = " ".join(f"{k}={_short(v)}" for k, v in (kv.split("=", 1) for kv in str(row["settings"] or "").split())
-                        if v != "None")
+def _settings(row: Mapping[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in (kv.split("=", 1) for kv in str(row["settings"] or "").split()) if v != "None"}
+
+
+def _series_key(row: Mapping[str, Any], varying: Sequence[str], shown_settings: set[str]) -> str:
+    """strategy (its settings that differ between the jobs of that strategy) + the other columns that differ."""
+    settings = " ".join(f"{k}={_short(v)}" for k, v in _settings(row).items() if k in shown_settings)
     label = str(row["strategy"]) + (f" ({settings})" if settings else "")
     extra = [f"{c}={_short(row[c])}" for c in varying]
     return label + (" " + " ".join(extra) if extra else "")
 
 
 def _grouped(jobs: Sequence[Job]) -> dict[Any, dict[str, list[Job]]]:
-    """(dataset, temperature) -> series label -> jobs. Series: strategy + settings + whatever else
-    differs between jobs (the draft only where the strategy has one)."""
+    """(dataset, temperature) -> series label -> jobs. Series: strategy + its settings that differ between its jobs
+    + whatever else differs between jobs (the draft only where the strategy has one). Settings one strategy's jobs
+    all share are left out of its label (the report's table lists them)."""
     context = ("target", "draft", "top_k", "top_p", "batch_size")
     varying = [c for c in context if len({repr(j.row[c]) for j in jobs if c != "draft" or j.row["draft"]}) > 1]
+    values: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))  # strategy -> setting -> values
+    present: Counter = Counter()  # (strategy, setting) -> jobs that have it
+    for j in jobs:
+        for k, v in _settings(j.row).items():
+            values[str(j.row["strategy"])][k].add(v)
+            present[(str(j.row["strategy"]), k)] += 1
+    jobs_of = Counter(str(j.row["strategy"]) for j in jobs)
+    # a setting tells a strategy's jobs apart when its value differs, or when some of them lack it
+    shown = {s: {k for k, vs in by_key.items() if len(vs) > 1 or present[(s, k)] < jobs_of[s]}
+             for s, by_key in values.items()}
     out: dict[Any, dict[str, list[Job]]] = defaultdict(lambda: defaultdict(list))
     for j in jobs:
-        shown = [c for c in varying if c != "draft" or j.row["draft"]]
-        out[(str(j.row["dataset"]), j.row["temperature"])][_series_key(j.row, shown)].append(j)
+        cols = [c for c in varying if c != "draft" or j.row["draft"]]
+        strategy = str(j.row["strategy"])
+        out[(str(j.row["dataset"]), j.row["temperature"])][_series_key(j.row, cols, shown.get(strategy, set()))].append(j)
     return out
 
 

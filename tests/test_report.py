@@ -228,3 +228,21 @@ def test_mean_k_shows_when_it_differs_and_the_histogram_is_in_the_csv(tmp_path):
         (same / f"{i}_job" / "results.json").write_text(json.dumps(r))
     assert main([str(same), "--out", str(tmp_path / "out2")]) == 0
     assert "mean_k" not in (tmp_path / "out2" / "report.md").read_text().split("\n\n")[1].splitlines()[0]
+
+
+def test_plot_series_name_only_the_settings_that_tell_a_strategys_jobs_apart():
+    """Legends stay short: eagle's chain and tree jobs differ in tree/top_k (shown); settings every job of a strategy
+    shares (its checkpoint) are left out; a strategy whose jobs share all settings is its name alone."""
+    from types import SimpleNamespace
+
+    from specbench.report import _grouped
+
+    def job(strategy: str, settings: str) -> SimpleNamespace:
+        return SimpleNamespace(row={"strategy": strategy, "settings": settings, "dataset": "mt-bench",
+                                    "temperature": 0.0, "target": "t", "draft": "", "top_k": 0, "top_p": 1.0,
+                                    "batch_size": 1})
+
+    jobs = [job("eagle", "checkpoint=auto top_k=1 tree=chain"), job("eagle", "checkpoint=auto top_k=4 tree=dynamic"),
+            job("ngram", "min_n=1 max_n=3"), job("ngram", "min_n=1 max_n=3"), job("suffix", "max_depth=8 tree=None")]
+    series = sorted(_grouped(jobs)[("mt-bench", 0.0)])
+    assert series == ["eagle (top_k=1 tree=chain)", "eagle (top_k=4 tree=dynamic)", "ngram", "suffix"]
