@@ -35,7 +35,7 @@ import json
 import math
 import re
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -589,16 +589,11 @@ def _grouped(jobs: Sequence[Job]) -> dict[Any, dict[str, list[Job]]]:
     all share are left out of its label (the report's table lists them)."""
     context = ("target", "draft", "top_k", "top_p", "batch_size")
     varying = [c for c in context if len({repr(j.row[c]) for j in jobs if c != "draft" or j.row["draft"]}) > 1]
-    values: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))  # strategy -> setting -> values
-    present: Counter = Counter()  # (strategy, setting) -> jobs that have it
+    settings_of: dict[str, list[dict[str, str]]] = defaultdict(list)  # strategy -> each job's settings
     for j in jobs:
-        for k, v in _settings(j.row).items():
-            values[str(j.row["strategy"])][k].add(v)
-            present[(str(j.row["strategy"]), k)] += 1
-    jobs_of = Counter(str(j.row["strategy"]) for j in jobs)
-    # a setting tells a strategy's jobs apart when its value differs, or when some of them lack it
-    shown = {s: {k for k, vs in by_key.items() if len(vs) > 1 or present[(s, k)] < jobs_of[s]}
-             for s, by_key in values.items()}
+        settings_of[str(j.row["strategy"])].append(_settings(j.row))
+    # a setting tells a strategy's jobs apart when its value differs between them (a job lacking it counts as None)
+    shown = {s: {k for k in set().union(*each) if len({one.get(k) for one in each}) > 1} for s, each in settings_of.items()}
     out: dict[Any, dict[str, list[Job]]] = defaultdict(lambda: defaultdict(list))
     for j in jobs:
         cols = [c for c in varying if c != "draft" or j.row["draft"]]
