@@ -69,6 +69,32 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
     return y if bias is None else y + bias
 
 
+def onednn_bf16() -> bool:
+    """Whether this CPU runs bf16 GEMMs through oneDNN on bf16 units (AMX / AVX512-BF16) and torch exposes oneDNN's
+    linear over a packed weight. There a bf16 row's product does not depend on how many rows share the call
+    (tests/models/test_decoder_cpu_bf16.py checks it), which the CPU's batch-invariant path relies on."""
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+                    and hasattr(torch.ops.mkldnn, "_linear_pointwise") and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+# oneDNN's bf16 product is row-invariant (a row's result does not depend on how many rows share the call) for every
+# inner dimension K that is a multiple of 64 we tried (64..1536, N 48..49152, M 1..40), but not for K = 32 or 48
+# (another kernel for small K): the CPU's batch-invariant path needs every GEMM's K to be such a multiple
+ONEDNN_INVARIANT_K = 64
+
+
+def _pack_bf16(weight: torch.Tensor) -> torch.Tensor:
+    """An [N, K] bf16 weight in oneDNN's packed layout (packed once; the product is the same as F.linear's)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
+
+
+def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+
+
 def _fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Concatenate the weights (and biases) of linears over one input; re-point each at its view."""
     with torch.no_grad():
@@ -97,7 +123,13 @@ class DecoderRunner(nn.Module):
     kernels whose per-token result does not depend on the number of rows or tokens in the call
     (`skinny_gemm.invariant_linear`, `decode_attention(invariant=True)`), so a token's logits are
     bit-identical alone, inside a verify forward or at another batch size. Larger forwards (prefill)
-    run on cuBLAS and SDPA either way. The torch path (CPU) is unaffected.
+    run on cuBLAS and SDPA either way. On a CPU with oneDNN bf16 (`onednn_bf16`), a bf16 model with
+    `batch_invariant` takes the torch path with its GEMMs on packed oneDNN weights (row-invariant, and a
+    verify of up to 16 tokens costs about what one token does) and attention computed per (row, query)
+    over exactly its own slots, so there too a token's logits are bit-identical in any forward of up to
+    DECODE_KERNEL_MAX_T tokens per row (for models whose GEMM inner sizes are multiples of 64: see
+    ONEDNN_INVARIANT_K; `cpu_invariant` says whether this runner takes that path). float32 on the CPU is
+    not batch-invariant (MKL's 1-row and n-row products round differently), only argmax-stable in practice.
     """
 
     def __init__(self, hf_model: nn.Module, num_layers: int | None = None, use_kernels: bool | None = None,
@@ -157,6 +189,16 @@ class DecoderRunner(nn.Module):
             self._w = [shard_weights(w, self.num_heads, self.num_kv_heads, self.head_dim, self.tp) for w in self._w]
             self.num_heads //= self.tp.world
             self.num_kv_heads //= self.tp.world
+        # CPU bf16 with batch_invariant: the same weights packed for oneDNN (a second copy), used by the torch path
+        inner = {w[n].shape[1] for w in self._w for n in ("qkv_w", "o_w", "gu_w", "down_w")}
+        self.cpu_invariant = (batch_invariant and self.device.type == "cpu" and self.dtype == torch.bfloat16
+                              and all(k % ONEDNN_INVARIANT_K == 0 for k in inner) and onednn_bf16())
+        self._wp: list[dict[str, torch.Tensor | None]] = []
+        self._head_p: torch.Tensor | None = None
+        if self.cpu_invariant:
+            packed = ("qkv_w", "o_w", "gu_w", "down_w")
+            self._wp = [{**w, **{n: _pack_bf16(w[n]) for n in packed}} for w in self._w]
+            self._head_p = _pack_bf16(self.lm_head.weight)
         if any(getattr(layer.mlp, "act_fn", None) is not None and type(layer.mlp.act_fn).__name__ not in ("SiLU", "SiLUActivation")
                for layer in self.layers):
             self._silu = False
@@ -255,10 +297,11 @@ class DecoderRunner(nn.Module):
         return y if self.tp is None else self.tp.all_reduce(y.contiguous())
 
     def _head(self, x: torch.Tensor, logits_at: torch.Tensor | None, want_hidden: bool,
-              layer_hidden: list[torch.Tensor], linear=_linear) -> ForwardOutput:
+              layer_hidden: list[torch.Tensor], linear=_linear, weight: torch.Tensor | None = None) -> ForwardOutput:
         out_x = x if logits_at is None else x.gather(1, logits_at[..., None].expand(-1, -1, x.shape[-1]))
         rows = out_x.reshape(-1, out_x.shape[-1])
-        logits = linear(rows, self.lm_head.weight, self.lm_head.bias).view(*out_x.shape[:-1], -1).float().contiguous()
+        weight = self.lm_head.weight if weight is None else weight
+        logits = linear(rows, weight, self.lm_head.bias).view(*out_x.shape[:-1], -1).float().contiguous()
         return ForwardOutput(logits=logits, hidden=x if want_hidden else None, layer_hidden=layer_hidden)
 
     def _forward_torch(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers,
@@ -274,33 +317,70 @@ class DecoderRunner(nn.Module):
             mask = torch.arange(s, device=tokens.device)[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
         else:  # 1) a tree: each token sees the slots below its root's, then its ancestors' slots
             mask = tree_slot_mask(tree_path, positions, s)[:, None]
-        write_idx = slots[:, None, :, None].expand(bsz, hkv, t, d)
+        # flat row indices of the [B, Hkv, S, D] cache viewed as [B*Hkv*S, D] (one index_copy_; bf16 scatter_ is slow)
+        write_idx = ((torch.arange(bsz * hkv, device=tokens.device).view(bsz, hkv, 1) * self.max_len
+                      + slots[:, None, :]).reshape(-1))
         layer_hidden: list[torch.Tensor] = []
+        invariant = self.cpu_invariant and (t <= DECODE_KERNEL_MAX_T or tree_path is not None)  # as on CUDA
+        lin, ws = (_packed_linear, self._wp) if self.cpu_invariant else (_linear, self._w)
+        if invariant:  # host lists: attention runs per (row, query) over its own slots
+            pos_list, path_list = positions.tolist(), None if tree_path is None else tree_path.tolist()
         for i, layer in enumerate(self.layers):
-            attn, w = layer.self_attn, self._w[i]
+            attn, w = layer.self_attn, ws[i]
             h = rmsnorm_ref(x, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
-            qkv = _linear(h, w["qkv_w"], w["qkv_b"]).view(bsz, t, hq + 2 * hkv, d).transpose(1, 2)
+            qkv = lin(h, w["qkv_w"], w["qkv_b"]).view(bsz, t, hq + 2 * hkv, d).transpose(1, 2)
             q, k, v = qkv.split([hq, hkv, hkv], dim=1)  # [B, H*, T, D]
-            if self.qk_norm:
-                q = rmsnorm_ref(q, attn.q_norm.weight, attn.q_norm.variance_epsilon)
-                k = rmsnorm_ref(k, attn.k_norm.weight, attn.k_norm.variance_epsilon)
+            if self.qk_norm:  # contiguous: a strided reduction may sum in an order that depends on T
+                q = rmsnorm_ref(q.contiguous(), attn.q_norm.weight, attn.q_norm.variance_epsilon)
+                k = rmsnorm_ref(k.contiguous(), attn.k_norm.weight, attn.k_norm.variance_epsilon)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             # 2) write this step's keys and values at their positions, then attend over the valid prefix
             kc, vc = self.k_cache[i, :bsz], self.v_cache[i, :bsz]
-            kc.scatter_(2, write_idx, k)
-            vc.scatter_(2, write_idx, v)
-            o = F.scaled_dot_product_attention(q, kc[:, :, :s], vc[:, :, :s], attn_mask=mask, scale=self.scaling,
-                                               enable_gqa=True)
-            x = x + self._reduce(_linear(o.transpose(1, 2).reshape(bsz, t, -1), w["o_w"], w["o_b"]))
+            kc.view(-1, d).index_copy_(0, write_idx, k.reshape(-1, d))
+            vc.view(-1, d).index_copy_(0, write_idx, v.reshape(-1, d))
+            if invariant:
+                o = self._attend_per_query(q, kc, vc, pos_list, path_list)
+            else:
+                o = F.scaled_dot_product_attention(q, kc[:, :, :s], vc[:, :, :s], attn_mask=mask, scale=self.scaling,
+                                                   enable_gqa=True)
+            x = x + self._reduce(lin(o.transpose(1, 2).reshape(bsz, t, -1), w["o_w"], w["o_b"]))
             mlp = layer.mlp
             h = rmsnorm_ref(x, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
-            gate, up = _linear(h, w["gu_w"], w["gu_b"]).chunk(2, dim=-1)
-            x = x + self._reduce(_linear(mlp.act_fn(gate) * up, w["down_w"], w["down_b"]))
+            gate, up = lin(h, w["gu_w"], w["gu_b"]).chunk(2, dim=-1)
+            x = x + self._reduce(lin(mlp.act_fn(gate) * up, w["down_w"], w["down_b"]))
             if i in hidden_layers:
                 layer_hidden.append(x)
         x = rmsnorm_ref(x, self.norm.weight, self.norm.variance_epsilon)
+        if self.cpu_invariant:
+            return self._head(x, logits_at, want_hidden, layer_hidden, _packed_linear, self._head_p)
         return self._head(x, logits_at, want_hidden, layer_hidden)
+
+    def _attend_per_query(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, positions: list[list[int]],
+                          paths: list[list[list[int]]] | None) -> torch.Tensor:
+        """Batch-invariant attention on the CPU: q [B, Hq, T, D] -> [B, Hq, T, D], each query (b, t) in its own SDPA
+        call over exactly the keys a 1-token forward at its position reads, in the same layout: row b's slots
+        0..p. A tree node's ancestors are not in those slots: its path's keys and values are written there for its
+        call (chain order), and the tree's own slots are restored after the last node."""
+        bsz, _, t, _ = q.shape
+        o = torch.empty_like(q)
+        for b in range(bsz):
+            saved = None
+            if paths is not None:  # the tree's slots root..root+T-1 (the root's slot is its position), restored below
+                root = paths[b][0][0]
+                saved = kc[b, :, root : root + t].clone(), vc[b, :, root : root + t].clone()
+            for j in range(t):
+                p = positions[b][j]
+                if saved is not None:  # this node's ancestors (root first) into slots root..p, from `saved`
+                    src = torch.tensor(paths[b][j][: p - root + 1]) - root
+                    kc[b, :, root : p + 1] = saved[0][:, src]
+                    vc[b, :, root : p + 1] = saved[1][:, src]
+                o[b, :, j] = F.scaled_dot_product_attention(q[b, None, :, j, None].contiguous(), kc[b, None, :, : p + 1],
+                                                            vc[b, None, :, : p + 1], scale=self.scaling,
+                                                            enable_gqa=True)[0, :, 0]
+            if saved is not None:
+                kc[b, :, root : root + t], vc[b, :, root : root + t] = saved
+        return o
 
     def _forward_kernels(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers,
                          slots=None, tree_path=None) -> ForwardOutput:

@@ -1,0 +1,125 @@
+"""The CPU's batch-invariant bf16 path (decoder.py: oneDNN packed GEMMs, attention per query): a token's logits
+are bit-identical whether computed in a 1-token forward, inside a verify forward of several tokens, at another
+batch size, or as a node of a tree. Needs a CPU with oneDNN bf16 (AMX / AVX512-BF16); skipped elsewhere."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specbench.models.decoder import DecoderRunner, onednn_bf16
+from specbench.models.loading import load_model, resolve_spec
+
+pytestmark = pytest.mark.skipif(not onednn_bf16(), reason="this CPU has no oneDNN bf16 GEMMs")
+
+
+def tiny_bf16(name: str, seed: int = 0):
+    """A small random bf16 model whose GEMM inner sizes are multiples of 64 (decoder.ONEDNN_INVARIANT_K): 3 query
+    heads of 64, 1 KV head, hidden 192, MLP 320, vocab 101, 2 layers; `name` picks the architecture."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    arch = {"tiny-llama": "llama", "tiny-qwen2": "qwen2", "tiny-qwen3": "qwen3"}[name]
+    cfg = AutoConfig.for_model(arch, hidden_size=192, intermediate_size=320, num_hidden_layers=2, num_attention_heads=3,
+                               num_key_value_heads=1, head_dim=64, vocab_size=101, max_position_embeddings=256,
+                               rope_theta=10_000.0, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    return SimpleNamespace(model=AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).eval())
+
+
+def _one_token_logits(runner: DecoderRunner, seqs: list[list[int]], starts: list[int]) -> list[torch.Tensor]:
+    """Row b's logits at positions starts[b].. len-1, each from a 1-token forward of that row alone (after a
+    prefill of its first starts[b] tokens)."""
+    out = []
+    for seq, start in zip(seqs, starts):
+        runner.allocate(1, 64)
+        runner(torch.tensor([seq[:start]]), torch.arange(start)[None], attn_len=start)
+        rows = []
+        for p in range(start, len(seq)):
+            rows.append(runner(torch.tensor([[seq[p]]]), torch.tensor([[p]]), attn_len=p + 1).logits[0, 0])
+        out.append(torch.stack(rows))
+    return out
+
+
+@pytest.mark.parametrize("arch", ["tiny-llama", "tiny-qwen2", "tiny-qwen3"])
+def test_a_tokens_logits_do_not_depend_on_the_forward_it_is_in(arch):
+    m = tiny_bf16(arch)
+    runner = DecoderRunner(m.model)
+    assert runner.cpu_invariant and not runner.kernels_on()
+    g = torch.Generator().manual_seed(1)
+    starts = [5, 9]  # ragged rows: B=2
+    seqs = [torch.randint(0, m.model.config.vocab_size, (n + 7,), generator=g).tolist() for n in starts]
+    alone = _one_token_logits(runner, seqs, starts)
+    # both rows together, prefilled at their own lengths, then windows of 3 and 4 tokens
+    runner.allocate(2, 64)
+    n0 = max(starts)
+    toks = torch.tensor([s[:n0] for s in seqs])
+    runner(toks, torch.arange(n0).expand(2, n0), attn_len=n0)  # row 0's slots past 5 are rewritten below
+    lengths = list(starts)
+    for t in (3, 4):
+        positions = torch.tensor(lengths)[:, None] + torch.arange(t)
+        tokens = torch.tensor([[seqs[b][p] for p in positions[b].tolist()] for b in range(2)])
+        logits = runner(tokens, positions, attn_len=max(lengths) + t).logits
+        for b in range(2):
+            want = alone[b][lengths[b] - starts[b] : lengths[b] - starts[b] + t]
+            assert torch.equal(logits[b], want), f"row {b}, window of {t}"
+        lengths = [n + t for n in lengths]
+
+
+def test_a_tree_nodes_logits_equal_its_paths_chain():
+    """Node logits from one tree forward equal, bit for bit, a chain forward over the node's own path."""
+    m = tiny_bf16("tiny-qwen3", seed=2)
+    runner = DecoderRunner(m.model)
+    vocab = m.model.config.vocab_size
+    g = torch.Generator().manual_seed(3)
+    prompt = torch.randint(0, vocab, (1, 7), generator=g)
+    parents = [-1, 0, 0, 1, 1, 2, 3]  # root, then 6 nodes (depths 1, 1, 2, 2, 2, 3)
+    nodes = torch.randint(0, vocab, (1, len(parents)), generator=g)
+    depth = [0]
+    for p in parents[1:]:
+        depth.append(depth[p] + 1)
+    n = len(parents)
+    mask = torch.zeros(1, n, n, dtype=torch.bool)
+    for i in range(n):
+        j = i
+        while j >= 0:
+            mask[0, i, j] = True
+            j = parents[j]
+    root = prompt.shape[1]
+    runner.allocate(1, 32)
+    runner(prompt, torch.arange(root)[None], attn_len=root)
+    tree = runner(nodes, root + torch.tensor([depth]), attn_len=root + n, slots=root + torch.arange(n)[None],
+                  tree_mask=mask).logits[0]
+    cache_after = runner.k_cache[:, 0, :, root : root + n].clone()
+    for i in range(n):
+        path = []
+        j = i
+        while j >= 0:
+            path.insert(0, j)
+            j = parents[j]
+        chain = DecoderRunner(m.model)
+        chain.allocate(1, 32)
+        chain(prompt, torch.arange(root)[None], attn_len=root)
+        logits = chain(nodes[:, path], root + torch.arange(len(path))[None], attn_len=root + len(path)).logits[0]
+        assert torch.equal(tree[i], logits[-1]), f"node {i} (path {path})"
+    assert torch.equal(runner.k_cache[:, 0, :, root : root + n], cache_after)  # the tree's slots hold its nodes
+
+
+def test_float32_small_inner_sizes_and_batch_invariant_false_keep_the_plain_path():
+    assert not DecoderRunner(load_model(resolve_spec({"name": "tiny-qwen3"}, "target"), "cpu", torch.float32).model).cpu_invariant
+    # hidden 48: oneDNN's bf16 product is not row-invariant for that inner size (ONEDNN_INVARIANT_K)
+    assert not DecoderRunner(load_model(resolve_spec({"name": "tiny-qwen3"}, "target"), "cpu", torch.bfloat16).model).cpu_invariant
+    m = tiny_bf16("tiny-qwen3")
+    plain = DecoderRunner(m.model, batch_invariant=False)
+    assert not plain.cpu_invariant
+    # the invariant path computes the same function: close to the plain bf16 path
+    inv = DecoderRunner(m.model)
+    tokens = torch.randint(0, m.model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(0))
+    for r in (plain, inv):
+        r.allocate(2, 16)
+    pos = torch.arange(6).expand(2, 6)
+    a = plain(tokens[:, :4], pos[:, :4], attn_len=4).logits
+    b = inv(tokens[:, :4], pos[:, :4], attn_len=4).logits
+    torch.testing.assert_close(F.softmax(a, -1), F.softmax(b, -1), atol=2e-2, rtol=0)
