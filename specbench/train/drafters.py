@@ -3,8 +3,10 @@
 A trainer holds the trainable module, says which target layers it needs cached, computes its
 loss on a padded `Batch` of distillation sequences, and saves a checkpoint the strategy loads.
 Token losses use a sampled subset of positions and, optionally, a restricted vocabulary (the
-target's most frequent top-1 tokens in the data): the LM head dominates the cost on a CPU, and
-inference always uses the full head.
+target's most frequent top-1 tokens in the data, `train.ce_vocab`): the LM head dominates the cost on
+a CPU, and inference always uses the full head. An EAGLE head with `strategy.draft_vocab=N` has its
+own LM head over N target ids instead (EAGLE-3's reduced vocabulary, `DraftVocab`): it is trained,
+and inference drafts only those ids.
 
 Alignment (sequence x_0..x_{N-1}, target features f_0..f_{N-2}, target top-1 prediction y_t at t):
 - eagle: input at i is (f_i, x_{i+1}); it learns f_{i+1} (smooth L1) and y_{i+1} (the token at i+2).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,7 @@ from specbench.models.loading import LoadedModel
 from specbench.strategies.checkpoints import read_weights
 from specbench.strategies.eagle import EagleConfig, EagleHead
 from specbench.strategies.medusa import MedusaConfig, MedusaHeads
+from specbench.train.data import DistillData
 
 
 @dataclass
@@ -45,25 +49,95 @@ class Batch:
 
 @dataclass
 class TokenLoss:
-    """Cross-entropy over a vocabulary subset (all of it when `ids` is None)."""
+    """Cross-entropy over the LM head's rows `ids` (all of them when None), with the labels mapped by `index`
+    (target id -> class; the identity when None). A label mapped to -100 is outside the scored vocabulary:
+    left out of the cross-entropy, and never top-1 correct."""
 
-    ids: torch.Tensor | None  # [Vs] token ids
-    index: torch.Tensor | None  # [V] position in ids, -100 outside
+    ids: torch.Tensor | None  # [Vs] rows of the LM head scored
+    index: torch.Tensor | None  # [V] target id -> class, -100 outside
 
-    def __call__(self, lm_head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """hidden [M, H], labels [M] -> (mean CE, [M] bool top-1 correct)."""
-        if self.ids is None:
-            logits = lm_head(hidden).float()
-            target = labels
-        else:
-            logits = F.linear(hidden, lm_head.weight[self.ids]).float()
-            target = self.index[labels]
+    def __call__(self, lm_head: nn.Module, hidden: torch.Tensor,
+                 labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden [M, H], labels [M] target ids -> (mean CE, [M] bool top-1 correct)."""
+        logits = (lm_head(hidden) if self.ids is None else F.linear(hidden, lm_head.weight[self.ids])).float()
+        target = labels if self.index is None else self.index[labels]
         correct = logits.argmax(-1) == target
         if (target >= 0).any():
             loss = F.cross_entropy(logits, target, ignore_index=-100)
         else:
             loss = logits.sum() * 0
         return loss, correct
+
+    def outside(self, labels: torch.Tensor) -> torch.Tensor:
+        """[M] target ids -> [M] bool: the labels this loss cannot score."""
+        return torch.zeros_like(labels, dtype=torch.bool) if self.index is None else self.index[labels] < 0
+
+
+def top1_counts(data: DistillData, ids: list[int], with_tokens: bool = False) -> Counter[int]:
+    """How often each target id is the target's top-1 over sequences `ids` (every position), and with_tokens
+    how often it also occurs as a token of them."""
+    counts: Counter[int] = Counter()
+    for i in ids:
+        counts.update(data.top1[i].tolist())
+        if with_tokens:
+            counts.update(data.tokens[i].tolist())
+    return counts
+
+
+def token_loss_for(data: DistillData, train_ids: list[int], vocab: int, size: int, device: torch.device) -> TokenLoss:
+    """The `size` most frequent target top-1 tokens of the training sequences (plus their tokens); train.ce_vocab."""
+    if not size or size >= vocab:
+        return TokenLoss(None, None)
+    counts = top1_counts(data, train_ids, with_tokens=True)
+    ids = torch.tensor(sorted(t for t, _ in counts.most_common(size)), device=device)
+    index = torch.full((vocab,), -100, dtype=torch.long, device=device)
+    index[ids] = torch.arange(len(ids), device=device)
+    return TokenLoss(ids, index)
+
+
+@dataclass
+class DraftVocab:
+    """EAGLE-3's reduced draft vocabulary: the `size` target ids most often the target's top-1 over the training
+    sequences (every position; ties, unseen ids included, to the lower id), ascending. Draft id i is target id
+    ids[i]; EAGLE-3 stores d2t[i] = ids[i] - i. Saved beside the checkpoint as vocab_counts.json."""
+
+    ids: list[int]  # [Vd] target ids, ascending
+    counts: list[int]  # [Vd] how often each was the top-1
+    labels: int  # top-1 labels counted (the training sequences' positions)
+    sequences: int  # training sequences counted
+
+    FILE = "vocab_counts.json"
+
+    @classmethod
+    def count(cls, data: DistillData, train_ids: list[int], size: int, vocab: int) -> DraftVocab:
+        counts = top1_counts(data, train_ids)
+        ranked = sorted(counts, key=lambda t: (-counts[t], t))[:size]
+        ranked += [t for t in range(vocab) if t not in counts][: size - len(ranked)]  # count 0, lowest ids first
+        ids = sorted(ranked)
+        return cls(ids, [counts[t] for t in ids], sum(counts.values()), len(train_ids))
+
+    @property
+    def covered(self) -> float:
+        """The fraction of counted labels inside the vocabulary."""
+        return sum(self.counts) / max(1, self.labels)
+
+    def d2t(self) -> torch.Tensor:
+        """[Vd] int64: target id minus draft id (EAGLE-3's d2t)."""
+        return torch.tensor(self.ids) - torch.arange(len(self.ids))
+
+    def save(self, directory: Path) -> None:
+        blob = {"draft_vocab_size": len(self.ids), "labels": self.labels, "covered": self.covered,
+                "sequences": self.sequences, "source": "the target's top-1 at every position of the training sequences",
+                "target_ids": self.ids, "counts": self.counts}
+        (Path(directory) / self.FILE).write_text(json.dumps(blob))
+
+    @classmethod
+    def read(cls, directory: Path) -> DraftVocab | None:
+        path = Path(directory) / cls.FILE
+        if not path.is_file():
+            return None
+        blob = json.loads(path.read_text())
+        return cls(blob["target_ids"], blob["counts"], blob["labels"], blob["sequences"])
 
 
 def sample_positions(valid: torch.Tensor, count: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,7 +163,15 @@ class Trainer:
         """Target layers this drafter reads (cached with the distillation data)."""
         return ()
 
-    def loss(self, batch: Batch, token_loss: TokenLoss, positions: int, g: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+    def prepare(self, data: DistillData, train_ids: list[int], ce_vocab: int, device: torch.device,
+                resume_from: Path | None) -> TokenLoss:
+        """Once the distillation data exists, before the optimiser: fit what depends on the data (resume_from: the
+        saved state a resumed run continues, to read it back) and return the token loss, by default over the
+        `ce_vocab` most frequent top-1 tokens of the training sequences (train.ce_vocab; 0 = all)."""
+        return token_loss_for(data, train_ids, self.target.vocab_size, ce_vocab, device)
+
+    def loss(self, batch: Batch, token_loss: TokenLoss, positions: int,
+             g: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
         raise NotImplementedError
 
     def save(self, directory: Path) -> None:
@@ -100,25 +182,67 @@ class Trainer:
 
 
 class EagleTrainer(Trainer):
+    """An EAGLE head (strategy=eagle). With `draft_vocab=N` it gets EAGLE-3's reduced vocabulary: its own LM head
+    over the N target ids most often the target's top-1 in the training sequences (DraftVocab), initialised from
+    the target's rows of them and trained (the target's LM head stays frozen); the token loss is a cross-entropy
+    over those N with every other label left out (logged as `outside_vocab`, counted wrong in acc_j).
+    `train.ce_vocab` does not apply then: draft_vocab wins."""
+
     name = "eagle"
 
     def __init__(self, target: LoadedModel, target_label: str, data_layers: tuple[int, ...], name: str = "eagle",
                  fuse_layers: list[int] | None = None, unroll: int = 2, w_feature: float = 1.0, w_token: float = 0.5,
-                 feature_noise: float = 0.0) -> None:
+                 feature_noise: float = 0.0, draft_vocab: int | None = None) -> None:
         super().__init__(target, target_label, data_layers)
         n_layers = target.model.config.num_hidden_layers
         if fuse_layers and not all(0 <= i < n_layers for i in fuse_layers):
-            raise ConfigError(f"strategy.fuse_layers={list(fuse_layers)}; allowed: target layer indices 0..{n_layers - 1}")
+            raise ConfigError(f"strategy.fuse_layers={list(fuse_layers)}; allowed: target layer indices "
+                              f"0..{n_layers - 1}")
         if unroll < 1:
             raise ConfigError(f"strategy.unroll={unroll}; allowed: an integer >= 1")
         cfg = EagleConfig.for_target(target.model.config, fuse_layers, target_label)
+        _raise_if_bad_draft_vocab(draft_vocab, cfg.vocab_size)
+        cfg.draft_vocab_size = draft_vocab
         self.module = EagleHead(cfg, target.model)
+        self.vocab: DraftVocab | None = None  # chosen in prepare(), once the data exists
         self.unroll, self.w_feature, self.w_token, self.noise = unroll, w_feature, w_token, feature_noise
 
     def layers(self) -> tuple[int, ...]:
         return tuple(self.module.cfg.fuse_layers or ())
 
-    def loss(self, batch: Batch, token_loss: TokenLoss, positions: int, g: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+    def prepare(self, data: DistillData, train_ids: list[int], ce_vocab: int, device: torch.device,
+                resume_from: Path | None) -> TokenLoss:
+        head, size = self.module, self.module.cfg.draft_vocab_size
+        saved = DraftVocab.read(resume_from) if resume_from is not None else None
+        trained = None if saved is None else len(saved.ids)
+        if resume_from is not None and trained != size:
+            raise ConfigError(f"resume=true with strategy.draft_vocab={size}, but {resume_from} was trained with "
+                              f"draft_vocab={trained}; resume with the same setting")
+        if size is None:
+            return super().prepare(data, train_ids, ce_vocab, device, resume_from)
+        if ce_vocab and ce_vocab < head.cfg.vocab_size:
+            print(f"train.ce_vocab={ce_vocab} is not used: the token loss is over strategy.draft_vocab={size}",
+                  flush=True)
+        # a resumed run reads its vocabulary back (its weights, loaded next, hold the same d2t)
+        self.vocab = saved or DraftVocab.count(data, train_ids, size, head.cfg.vocab_size)
+        ids = torch.tensor(self.vocab.ids, device=device)
+        with torch.no_grad():
+            head.draft_lm_head.weight.copy_(self.target.model.get_output_embeddings().weight[ids])
+            if head.d2t is not None:  # absent when N is the whole vocabulary: draft id == target id
+                head.d2t.copy_(self.vocab.d2t())
+        print(f"draft vocabulary: {size} target ids cover {self.vocab.covered:.4f} of {self.vocab.labels} top-1 labels "
+              f"of the training sequences", flush=True)
+        index = torch.full((head.cfg.vocab_size,), -100, dtype=torch.long, device=device)  # target id -> draft id
+        index[ids] = torch.arange(size, device=device)
+        return TokenLoss(None, index)
+
+    def save(self, directory: Path) -> None:
+        super().save(directory)
+        if self.vocab is not None:
+            self.vocab.save(directory)
+
+    def loss(self, batch: Batch, token_loss: TokenLoss, positions: int,
+             g: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
         head = self.module
         bsz, t = batch.hidden.shape[:2]  # t = N-1 pairs
         pos = torch.arange(t, device=batch.tokens.device).expand(bsz, t)  # [B, T]
@@ -151,16 +275,26 @@ class EagleTrainer(Trainer):
                 step_valid = valid & (pos >= j - 1)
             kvs.append(kv)
             m = step_valid[..., None].float()
-            reg = (F.smooth_l1_loss(out, target_feat, reduction="none") * m).sum() / (m.sum() * out.shape[-1]).clamp(min=1)
+            reg = (F.smooth_l1_loss(out, target_feat, reduction="none") * m).sum()
+            reg = reg / (m.sum() * out.shape[-1]).clamp(min=1)
             pick = ok & step_valid.gather(1, cols)
             sel = out.gather(1, cols[..., None].expand(-1, -1, out.shape[-1]))[pick]  # [M, H]
-            ce, correct = token_loss(head.lm_head, sel, labels.gather(1, cols)[pick])
+            picked = labels.gather(1, cols)[pick]  # [M] target ids
+            ce, correct = token_loss(head.lm_head, sel, picked)
             total = total + self.w_feature * reg + self.w_token * ce
+            if j == 1 and token_loss.index is not None:  # step 1's labels hold every later step's
+                metrics["outside_vocab"] = float(token_loss.outside(picked).float().mean()) if picked.numel() else 0.0
             metrics[f"feature_loss_{j}"] = float(reg.detach())
             metrics[f"token_loss_{j}"] = float(ce.detach())
             metrics[f"acc_{j}"] = float(correct.float().mean()) if correct.numel() else 0.0
         metrics["loss"] = float(total.detach())
         return total, metrics
+
+
+def _raise_if_bad_draft_vocab(size: Any, vocab: int) -> None:
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= vocab):
+        raise ConfigError(f"strategy.draft_vocab={size!r}; allowed: null (the target's LM head, shared) or an integer "
+                          f"1..{vocab} (the target's vocabulary size): the size of the head's own draft vocabulary")
 
 
 class MedusaTrainer(Trainer):
@@ -176,7 +310,8 @@ class MedusaTrainer(Trainer):
         self.module = MedusaHeads(cfg, target.model)
         self.decay = decay
 
-    def loss(self, batch: Batch, token_loss: TokenLoss, positions: int, g: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, batch: Batch, token_loss: TokenLoss, positions: int,
+             g: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
         heads = self.module
         bsz, t = batch.hidden.shape[:2]
         pos = torch.arange(t, device=batch.tokens.device).expand(bsz, t)
@@ -220,7 +355,8 @@ class DraftModelTrainer(Trainer):
         self.module = model.to(target.model.device).train()
         self.module.requires_grad_(True)
 
-    def loss(self, batch: Batch, token_loss: TokenLoss, positions: int, g: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, batch: Batch, token_loss: TokenLoss, positions: int,
+             g: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
         model = self.module
         bsz, n = batch.tokens.shape
         pos = torch.arange(n - 1, device=batch.tokens.device).expand(bsz, n - 1)

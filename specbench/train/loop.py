@@ -1,11 +1,12 @@
 """train(cfg) -> Path: distil a drafter for a target and write a checkpoint its strategy loads.
 
 1) load the target (frozen, fp32; TF32 matmuls on CUDA) and the trainer named
-   by cfg.strategy._target_; 2) load or generate the cached distillation set; 3) train with AdamW,
-   linear warmup then cosine decay, logging loss and per-position accuracy to metrics.jsonl and W&B
-   (offline, under the output directory; logger=none disables it); 4) every save_every steps write
-   <output_dir>/last (weights, optimizer, step: `resume=true` continues from it) and, at the end,
-   the checkpoint (cfg.checkpoint, default <output_dir>/checkpoint).
+   by cfg.strategy._target_; 2) load or generate the cached distillation set, and let the trainer fit
+   what depends on it (Trainer.prepare: the token loss's vocabulary, EAGLE-3's draft vocabulary, read
+   back on resume); 3) train with AdamW, linear warmup then cosine decay, logging loss and per-position
+   accuracy to metrics.jsonl and W&B (offline, under the output directory; logger=none disables it);
+   4) every save_every steps write <output_dir>/last (weights, optimizer, step: `resume=true` continues
+   from it) and, at the end, the checkpoint (cfg.checkpoint, default <output_dir>/checkpoint).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import json
 import math
 import shutil
 import time
-from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -58,22 +58,24 @@ def make_batch(data: DistillData, idx: list[int], device: torch.device, with_lay
         if layers is not None:
             layers[b, : m - 1] = data.layer_hidden[i].float()
     lengths = torch.tensor([len(data.tokens[i]) for i in idx])
-    return Batch(tokens.to(device), lengths.to(device), hidden.to(device), None if layers is None else layers.to(device),
-                 top1.to(device))
+    return Batch(tokens.to(device), lengths.to(device), hidden.to(device),
+                 None if layers is None else layers.to(device), top1.to(device))
 
 
-def token_loss_for(data: DistillData, train_ids: list[int], vocab: int, size: int, device: torch.device) -> TokenLoss:
-    """The `size` most frequent target top-1 tokens of the training sequences (plus their tokens)."""
-    if not size or size >= vocab:
-        return TokenLoss(None, None)
-    counts: Counter[int] = Counter()
-    for i in train_ids:
-        counts.update(data.top1[i].tolist())
-        counts.update(data.tokens[i].tolist())
-    ids = torch.tensor(sorted(t for t, _ in counts.most_common(size)), device=device)
-    index = torch.full((vocab,), -100, dtype=torch.long, device=device)
-    index[ids] = torch.arange(len(ids), device=device)
-    return TokenLoss(ids, index)
+def split_by_prompt(data: DistillData, val_sequences: int, seed: int) -> tuple[list[int], list[int]]:
+    """(train, validation) sequence indices: at least min(val_sequences, len // 5) sequences held out, by
+    whole prompts (every response to one), so validation measures generalisation, not recall."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, (tokens, plen) in enumerate(zip(data.tokens, data.prompt_lengths)):
+        groups.setdefault(tuple(tokens[:plen].tolist()), []).append(i)
+    prompts_order = [groups[key] for key in sorted(groups)]
+    perm = torch.randperm(len(prompts_order), generator=torch.Generator().manual_seed(seed)).tolist()
+    n_val = min(val_sequences, len(data) // 5)
+    val_ids: list[int] = []
+    train_ids: list[int] = []
+    for j in perm:
+        (val_ids if len(val_ids) < n_val else train_ids).extend(prompts_order[j])
+    return train_ids, val_ids
 
 
 class _Log:
@@ -160,20 +162,12 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     # 2) distillation data (cached), a held-out slice for validation
     data = load_or_generate(Path(d.get("cache_dir") or out_dir), target, target_spec.label, d, layers,
                             target.eos_ids, seed)
-    # hold out whole prompts (every response to them), so validation measures generalisation, not recall
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, (tokens, plen) in enumerate(zip(data.tokens, data.prompt_lengths)):
-        groups.setdefault(tuple(tokens[:plen].tolist()), []).append(i)
-    prompts_order = [groups[key] for key in sorted(groups)]
-    perm = torch.randperm(len(prompts_order), generator=torch.Generator().manual_seed(seed)).tolist()
-    n_val = min(int(t.get("val_sequences", 8)), len(data) // 5)
-    val_ids, train_ids = [], []
-    for j in perm:
-        (val_ids if len(val_ids) < n_val else train_ids).extend(prompts_order[j])
+    train_ids, val_ids = split_by_prompt(data, int(t.get("val_sequences", 8)), seed)
     if not train_ids:
         raise ConfigError(f"the distillation set has {len(data)} sequences; too few to train on")
     with_layers = bool(trainer.layers())
-    token_loss = token_loss_for(data, train_ids, target.vocab_size, int(t.get("ce_vocab", 0)), device)
+    # what depends on the data (EAGLE-3's draft vocabulary: counted over train_ids, or read back on resume)
+    token_loss = trainer.prepare(data, train_ids, int(t.get("ce_vocab", 0)), device, last if c.get("resume") else None)
 
     # 3) optimiser, resume
     params = [p for p in trainer.module.parameters() if p.requires_grad]

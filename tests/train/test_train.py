@@ -1,4 +1,5 @@
-"""specbench.train end to end on a tiny random target: distil, train, save, resume, load into the strategy."""
+"""specbench.train end to end on a tiny random target: distil, train, save, resume, load into the strategy; and
+EAGLE-3's reduced draft vocabulary (strategy.draft_vocab): how it is chosen, its loss, its checkpoint."""
 
 from __future__ import annotations
 
@@ -7,17 +8,24 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+from torch import nn
 
-from specbench_testing import tiny
+from specbench_testing import hf_greedy, ragged_prompts, tiny
 from specbench.config import CONF_DIR
 from specbench.engine import Engine
 from specbench.errors import ConfigError
 from specbench.models.runner import make_runner
+from specbench.run import run
 from specbench.strategies.base import BuildContext
 from specbench.strategies.eagle import EagleProposer
 from specbench.strategies.medusa import MedusaProposer
-from specbench.train.loop import train
+from specbench.train.data import DistillData, load_or_generate
+from specbench.train.drafters import DraftVocab, EagleTrainer, TokenLoss
+from specbench.train.loop import make_batch, split_by_prompt, train
 from specbench.verify import SamplingParams, Verifier
 
 CONF = str(CONF_DIR / "train")
@@ -40,8 +48,8 @@ def _cfg(tmp_path, prompts_file, *overrides):
         return compose("config", overrides=[
             "target=tiny-llama", "logger=none", f"output_dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'data'}",
             f"data.path={prompts_file}", "data.num_prompts=6", "data.max_new_tokens=6", "data.batch_size=4",
-            "train.batch_size=2", "train.ce_vocab=40", "train.ce_positions=8", "train.save_every=2", "train.val_sequences=1",
-            "train.log_every=1", *overrides])
+            "train.batch_size=2", "train.ce_vocab=40", "train.ce_positions=8", "train.save_every=2",
+            "train.val_sequences=1", "train.log_every=1", *overrides])
 
 
 def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file):
@@ -102,6 +110,165 @@ def test_time_budgets_and_max_shards_cut_a_run_and_say_how_to_repeat_it(tmp_path
     assert json.loads((tmp_path / "run" / "last" / "state.json").read_text())["step"] == 1
     assert (ckpt / "model.safetensors").exists()
     # a data budget of 0 makes no new shard: the one made above is all there is to train on
-    train(_cfg(tmp_path, prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=1", "data.time_budget_s=0",
-               f"output_dir={tmp_path / 'run2'}"))
+    train(_cfg(tmp_path, prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=1",
+               "data.time_budget_s=0", f"output_dir={tmp_path / 'run2'}"))
     assert "data.time_budget_s=0 reached after 1 of 2 shards" in capsys.readouterr().out
+
+
+# -- EAGLE-3's reduced draft vocabulary: strategy.draft_vocab ------------------------------------------------------
+
+V, H, CPU = 101, 48, torch.device("cpu")  # tiny-llama's vocabulary and hidden size
+
+
+def _data(top1: list[list[int]], seed: int = 0) -> DistillData:
+    """Hand-made distillation sequences with these top-1 rows (tokens and features random; prompt length 2)."""
+    g = torch.Generator().manual_seed(seed)
+    n = [len(t) + 1 for t in top1]
+    return DistillData([torch.randint(0, V, (m,), generator=g) for m in n], [2] * len(n),
+                       [torch.randn(m - 1, H, generator=g) for m in n], [torch.empty(m - 1, 0, H) for m in n],
+                       [torch.tensor(t) for t in top1], ())
+
+
+def test_the_draft_vocab_is_the_most_frequent_top1_of_the_training_split_ties_to_the_lower_id():
+    # sequence 2 is held out: its 50s would lead the count
+    data = _data([[5, 9, 9, 2, 7], [2, 5, 30, 9, 5, 5, 9], [50] * 9])
+    vocab = DraftVocab.count(data, [0, 1], 4, V)  # 5 and 9: 4 times, 2: twice, 7 and 30 once each (7 is lower)
+    assert vocab.ids == [2, 5, 7, 9] and vocab.counts == [2, 4, 1, 4]
+    assert (vocab.labels, vocab.sequences, vocab.covered) == (12, 2, 11 / 12)
+    assert vocab.d2t().tolist() == [2, 4, 5, 6]  # EAGLE-3's d2t: target id = draft id + d2t
+    # more ids than were ever the top-1: the lowest unseen ids fill it, counted 0
+    wide = DraftVocab.count(data, [0, 1], 7, V)
+    assert wide.ids == [0, 1, 2, 5, 7, 9, 30] and wide.counts == [0, 0, 2, 4, 1, 4, 1]
+
+
+def test_the_draft_vocab_loss_leaves_out_labels_outside_it_and_counts_them_wrong():
+    head = nn.Linear(5, 3, bias=False)  # [Vd=3, H=5]: draft ids 0, 1, 2 are target ids 1, 4, 6 of 7
+    with torch.no_grad():
+        head.weight.copy_(torch.eye(3, 5))
+    index = torch.full((7,), -100)
+    index[torch.tensor([1, 4, 6])] = torch.arange(3)
+    loss = TokenLoss(None, index)
+    hidden = torch.tensor([[0.0, 2, 0, 1, 0], [5, 0, 0, 0, 0], [0, 0, 3, 0, 1], [4, 1, 0, 0, 0]])  # argmax 1, 0, 2, 0
+    labels = torch.tensor([4, 2, 6, 0])  # target 2 and 0 are outside
+    ce, correct = loss(head, hidden, labels)
+    torch.testing.assert_close(ce, F.cross_entropy(head(hidden)[[0, 2]], torch.tensor([1, 2])))
+    assert loss.outside(labels).tolist() == [False, True, False, True]
+    assert correct.tolist() == [True, False, True, False]  # rows 1 and 3 predict draft id 0, never their label
+    ce, correct = loss(head, hidden[[1, 3]], labels[[1, 3]])  # only outside labels: no loss, no NaN
+    assert float(ce.detach()) == 0 and ce.requires_grad and not correct.any()
+
+
+def test_the_eagle_loss_with_a_draft_vocab_depends_on_inside_labels_only():
+    target = tiny("tiny-llama")
+    trainer = EagleTrainer(target, "tiny-llama", (), unroll=2, draft_vocab=5)
+    inside = [3, 17, 42, 60, 88]
+    top1 = [[inside[i % 5] for i in range(8)], [inside[i % 5] for i in range(6)]]  # [B=2, 8 and 6]
+    top1[0][2], top1[0][5], top1[1][3] = 90, 95, 99  # outside (each once; 42 and 60 are left twice, once each)
+    data = _data(top1)
+    token_loss = trainer.prepare(data, [0, 1], 40, CPU, None)  # ce_vocab is not used: the draft vocab wins
+    head = trainer.module
+    assert trainer.vocab.ids == inside and head.d2t.tolist() == [3, 16, 40, 57, 84]
+    assert torch.equal(head.draft_lm_head.weight, target.model.lm_head.weight[inside])  # from the target's rows
+    params = [p for p in head.parameters() if p.requires_grad]
+    assert any(p is head.draft_lm_head.weight for p in params)  # trained; the target's head is not a parameter
+    assert not any(p is target.model.lm_head.weight for p in params)
+
+    def loss(batch):
+        return trainer.loss(batch, token_loss, 0, torch.Generator().manual_seed(0))
+
+    batch = make_batch(data, [0, 1], CPU, False)
+    total, metrics = loss(batch)
+    assert metrics["outside_vocab"] == 3 / 12  # labels: top-1 at 1..n-2 of each sequence
+    other = make_batch(data, [0, 1], CPU, False)
+    other.top1[0, 2], other.top1[0, 5], other.top1[1, 3] = 91, 0, 100  # other outside ids: the same loss
+    assert torch.equal(loss(other)[0], total)
+    other.top1[0, 1] = 60  # an inside label changed: another loss
+    assert not torch.equal(loss(other)[0], total)
+
+
+def test_eagle_with_a_draft_vocab_trains_saves_its_counts_resumes_and_decodes_losslessly(tmp_path, prompts_file,
+                                                                                      capsys, monkeypatch):
+    n = 13
+    opts = ("strategy=eagle", f"strategy.draft_vocab={n}", "strategy.unroll=2")
+    cfg = _cfg(tmp_path, prompts_file, *opts, "train.steps=2")
+    ckpt = train(cfg)
+    assert "train.ce_vocab=40 is not used" in capsys.readouterr().out
+    # the n most frequent top-1 ids of the training split, counted here another way
+    target = tiny("tiny-llama")
+    data = load_or_generate(tmp_path / "data", target, "tiny-llama", OmegaConf.to_container(cfg.data, resolve=True), (),
+                            target.eos_ids, 0, progress=False)
+    train_ids, val_ids = split_by_prompt(data, 1, 0)
+    assert val_ids and train_ids
+    counts = torch.bincount(torch.cat([data.top1[i] for i in train_ids]), minlength=V)
+    expected = torch.sort(-counts, stable=True).indices[:n].sort().values  # ties to the lower id
+    config = json.loads((ckpt / "config.json").read_text())
+    weights = load_file(str(ckpt / "model.safetensors"))
+    assert config["draft_vocab_size"] == n and weights["draft_lm_head.weight"].shape == (n, H)
+    assert torch.equal(weights["d2t"] + torch.arange(n), expected)
+    saved = json.loads((ckpt / "vocab_counts.json").read_text())
+    assert saved["target_ids"] == expected.tolist() and saved["counts"] == counts[expected].tolist()
+    assert saved["labels"] == counts.sum()
+    assert saved["covered"] == pytest.approx(float(counts[expected].sum() / counts.sum()))
+    assert not torch.equal(weights["draft_lm_head.weight"], target.model.lm_head.weight[expected])  # it trained
+    assert "outside_vocab" in json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+
+    # resume: the vocabulary is read back, never recounted; another size is refused
+    with pytest.raises(ConfigError, match=f"draft_vocab=12, but .* trained with draft_vocab={n}"):
+        train(_cfg(tmp_path, prompts_file, *opts, "strategy.draft_vocab=12", "train.steps=4", "resume=true"))
+    with pytest.raises(ConfigError, match=f"draft_vocab=None, but .* trained with draft_vocab={n}"):
+        train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=4", "resume=true"))
+    monkeypatch.setattr(DraftVocab, "count", classmethod(lambda *a: pytest.fail("recounted on resume")))
+    ckpt = train(_cfg(tmp_path, prompts_file, *opts, "train.steps=4", "resume=true"))
+    assert torch.equal(load_file(str(ckpt / "model.safetensors"))["d2t"], weights["d2t"])
+    assert json.loads((ckpt / "vocab_counts.json").read_text()) == saved
+
+    # the CLI's path: strategy=eagle strategy.checkpoint=<dir>, T=0 output equal to target-only decoding
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        run_cfg = compose("config", overrides=[
+            "target=tiny-llama", "strategy=eagle", f"strategy.checkpoint={ckpt}", "strategy.k=3", "dataset=builtin",
+            "dataset.num_prompts=3", "max_new_tokens=8", "logger=none", "engine.warmup=false",
+            f"+output_dir={tmp_path / 'job'}"])
+    assert run(run_cfg).results["exact_match"]["all_equal"]
+    # every draft is inside the draft vocabulary, sampled (T=1) or greedy (T=0, equal to transformers' greedy)
+    allowed = set(expected.tolist())
+    prompts = ragged_prompts(V, (5, 9, 3))
+    for sampling in (SamplingParams(), SamplingParams(temperature=1.0, seed=3)):
+        ctx = BuildContext(target=target, target_runner=make_runner(target.model), draft=None, sampling=sampling,
+                           device=CPU)
+        proposer = EagleProposer(ctx, k=3, checkpoint=str(ckpt))
+        drafted, propose = [], proposer.propose
+
+        def record(state, propose=propose, drafted=drafted):
+            draft = propose(state)
+            drafted.extend(draft.tokens.flatten().tolist())
+            return draft
+
+        proposer.propose = record
+        rows, _ = Engine(ctx.target_runner, proposer, Verifier(sampling, CPU), max_new_tokens=8, eos_ids=set(),
+                         device=CPU).generate(prompts)
+        assert drafted and set(drafted) <= allowed
+        if sampling.temperature == 0:
+            assert [r.output_ids for r in rows] == hf_greedy(target.model, prompts, 8)
+
+
+def test_a_draft_vocab_of_the_whole_vocabulary_loads_back(tmp_path, prompts_file):
+    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.draft_vocab={V}", "strategy.unroll=1",
+                      "train.steps=1"))
+    assert json.loads((ckpt / "vocab_counts.json").read_text())["target_ids"] == list(range(V))
+    assert "d2t" not in load_file(str(ckpt / "model.safetensors"))  # draft id == target id
+    target = tiny("tiny-llama")
+    ctx = BuildContext(target=target, target_runner=make_runner(target.model), draft=None, sampling=SamplingParams(),
+                       device=CPU)
+    proposer = EagleProposer(ctx, k=2, checkpoint=str(ckpt))
+    assert proposer.head.cfg.draft_vocab_size == V and proposer.head.d2t is None
+    prompts = ragged_prompts(V, (4, 7))
+    rows, _ = Engine(ctx.target_runner, proposer, Verifier(SamplingParams(), CPU), max_new_tokens=6, eos_ids=set(),
+                     device=CPU).generate(prompts)
+    assert [r.output_ids for r in rows] == hf_greedy(target.model, prompts, 6)
+
+
+@pytest.mark.parametrize("size", ["0", "-3", "102", "2.5", "ten", "true"])
+def test_a_bad_draft_vocab_is_a_config_error_before_any_data_is_made(tmp_path, prompts_file, size):
+    with pytest.raises(ConfigError, match=r"strategy.draft_vocab=.*allowed: null .* integer 1\.\.101"):
+        train(_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.draft_vocab={size}"))
+    assert not (tmp_path / "data").exists()
