@@ -4,6 +4,7 @@
 #   bash experiments/drafters/pipeline.sh train   # magpie prompts, distillation set, EAGLE head
 #   bash experiments/drafters/pipeline.sh more    # Medusa heads, distilled draft model, the evaluation table
 #   bash experiments/drafters/pipeline.sh train2  # steered magpie prompts, a second EAGLE head on all the prompts
+#   bash experiments/drafters/pipeline.sh vocab   # 2 responses per prompt, reduced draft vocabulary 16k (then vocab2: 8k, full)
 # Every stage has a time budget, so a command ends inside its limit; what a budget cut is printed with the
 # setting that reproduces it (data.max_shards, train.stop_after). SMOKE=1 runs the same commands at toy
 # sizes on the CPU (a check before spending device time).
@@ -13,7 +14,7 @@
 # ignored paths between calls while it stays warm. data/ holds MT-Bench's and HumanEval's files (for the
 # contamination check) and Spec-Bench's question.jsonl.
 set -euo pipefail
-stage=${1:?usage: pipeline.sh train|more|train2}
+stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
 G=$PWD/.cache/gpu
 RUN=$G/run
@@ -73,6 +74,25 @@ if [ "$stage" = train2 ]; then
       "data.path=[$P/magpie_smollm2-135m.jsonl.gz,$STEERED,$P/python_stdlib.jsonl.gz,$SPEC]" output_dir=$RUN/eagle2 \
       | tee "$OUT/eagle2.log" | tail -6
   cp -r "$RUN/eagle2/checkpoint" "$OUT/eagle2" && cp "$RUN/eagle2/metrics.jsonl" "$OUT/eagle2_metrics.jsonl"
+fi
+
+if [ "$stage" = vocab ] || [ "$stage" = vocab2 ]; then
+  # 2026-12-02 (issue 13): two responses per prompt (greedy + one at T=0.7) on all committed prompt sets, a longer
+  # schedule, and EAGLE-3's reduced draft vocabulary (strategy.draft_vocab) at 8192 (vocab), 4096 and the full
+  # vocabulary (vocab2, on the same cached data: data.time_budget_s=0 generates nothing new). 16384 would make a
+  # 27 MB fp16 checkpoint, over what we ship. Each run comes back as <name>.tgz in parts of at most 15 MB
+  P=$PWD/experiments/drafters/prompts
+  V="strategy=eagle strategy.unroll=3 train.batch_size=$TB train.steps=$((STEPS * 10 / 3)) train.lr=6e-4 train.warmup=100
+     train.time_budget_s=215 $COMMON data.max_new_tokens=128 data.samples=2 data.temperature=0.7 data.cache_dir=$RUN/distill2
+     data.path=[$P/magpie_smollm2-135m.jsonl.gz,$P/magpie_steered_smollm2-135m.jsonl.gz,$P/python_stdlib.jsonl.gz,$SPEC]"
+  if [ "$stage" = vocab ]; then runs="v8k:8192"; budget=270; else runs="v4k:4096 vfull:null"; budget=0; fi
+  for r in $runs; do
+    name=${r%%:*}
+    py -m specbench.train $V strategy.draft_vocab=${r#*:} data.time_budget_s=$budget output_dir=$RUN/$name \
+      | tee "$RUN/$name.log" | grep -v "train eagle:" | tail -8
+    tar czf "$RUN/$name.tgz" -C "$RUN" "$name.log" "$name/checkpoint" "$name/metrics.jsonl"
+    split -b 15M "$RUN/$name.tgz" "$OUT/$name.tgz.part_"
+  done
 fi
 
 if [ "$stage" = more ]; then
