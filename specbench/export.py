@@ -1,7 +1,9 @@
 """Export a specbench-trained EAGLE head to the speculators format (config.json + model.safetensors).
 
-    python -m specbench.export eagle-smollm2-135m out/eagle-smollm2-135m-speculators
     python -m specbench.export <our checkpoint dir> <out dir> --verifier HuggingFaceTB/SmolLM2-135M-Instruct
+
+Heads with a reduced draft vocabulary (`specbench.train ... strategy.draft_vocab=N`, like the shipped
+eagle-smollm2-135m since 2026-12-02) have no speculators form and are refused with a message saying why.
 
 The tensors are written unchanged (same dtype), renamed to speculators' EAGLE names; what our head does
 beyond speculators' EAGLE-1 is stated in the config's `specbench` block (see strategies/formats.py).
@@ -11,10 +13,26 @@ beyond speculators' EAGLE-1 is stated in the config's `specbench` block (see str
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from specbench.errors import ConfigError
 from specbench.strategies.formats import export_speculators
+
+
+def _raise_if_reduced_vocabulary(checkpoint: str) -> None:
+    """Our head with a reduced draft vocabulary (train's strategy.draft_vocab) has no speculators equivalent:
+    speculators' `eagle` has no draft vocabulary, and its `eagle3` needs EAGLE-3's layer, which ours is not."""
+    from specbench.strategies.checkpoints import checkpoint_files
+
+    _, config_path = checkpoint_files(checkpoint, "eagle")
+    config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    if config.get("format") == "specbench" and config.get("draft_vocab_size"):
+        raise ConfigError(f"export: {checkpoint!r} drafts over a reduced vocabulary (draft_vocab_size="
+                          f"{config['draft_vocab_size']}, d2t) with an EAGLE-1 layer; speculators' eagle format has no "
+                          f"draft vocabulary and its eagle3 format needs EAGLE-3's layer, so it has no speculators form. "
+                          f"Allowed: an EAGLE head trained with strategy.draft_vocab=null")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
                              "the checkpoint's target label)")
     args = parser.parse_args(argv)
     try:
+        _raise_if_reduced_vocabulary(args.checkpoint)
         out = export_speculators(args.checkpoint, args.out, args.verifier)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -545,20 +546,22 @@ def test_export_loads_back_bit_identically(fuse_layers, llama, tmp_path):
             == hf_greedy(llama.model, prompts, 10))
 
 
-def test_export_of_the_shipped_head_keeps_every_tensor(tmp_path):
-    """specbench/checkpoints/eagle-smollm2-135m through the CLI: the same fp16 tensors under speculators' names."""
+def test_export_through_the_cli_keeps_every_tensor_and_refuses_what_has_no_speculators_form(llama, tmp_path, capsys):
+    """`python -m specbench.export`: a full-vocabulary head's tensors come back unchanged under speculators' names;
+    the shipped head (a reduced draft vocabulary on an EAGLE-1 layer) and Medusa heads are refused, saying why."""
     from specbench.export import main
-
-    assert main(["eagle-smollm2-135m", str(tmp_path)]) == 0
-    from specbench.strategies.checkpoints import PACKAGED
     from specbench.strategies.eagle import read_eagle_config
     from specbench.strategies.formats import detect
 
-    original = read_weights(PACKAGED / "eagle-smollm2-135m" / "model.safetensors")
-    weights, cfg = read_eagle_config(str(tmp_path))
-    converted = eagle_state(detect(weights, tmp_path / "config.json", str(tmp_path)), cfg)
+    ours = _trained_like(llama, tmp_path / "ours", None)
+    assert main([ours, str(tmp_path / "spec")]) == 0
+    original = read_weights(Path(ours) / "model.safetensors")
+    weights, cfg = read_eagle_config(str(tmp_path / "spec"))
+    converted = eagle_state(detect(weights, tmp_path / "spec" / "config.json", str(tmp_path / "spec")), cfg)
     assert converted.keys() == original.keys()
-    assert all(converted[k].dtype == torch.float16 and torch.equal(converted[k], original[k]) for k in original)
-    assert cfg.hidden_size == 576 and cfg.input_layernorm and cfg.final_norm == "target" and cfg.fc_bias
-    assert json.loads((tmp_path / "config.json").read_text())["transformer_layer_config"]["rope_theta"] == 100_000.0
+    assert all(converted[k].dtype == original[k].dtype and torch.equal(converted[k], original[k]) for k in original)
+    capsys.readouterr()
+    assert main(["eagle-smollm2-135m", str(tmp_path / "shipped")]) == 2
+    assert "reduced vocabulary (draft_vocab_size=8192" in capsys.readouterr().err
+    assert not (tmp_path / "shipped").exists()
     assert main(["medusa-smollm2-135m", str(tmp_path / "m")]) == 2  # speculators has no Medusa format
