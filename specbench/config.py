@@ -195,8 +195,10 @@ JOB_DIR_BYTES = 160  # a sweep job's directory name stays well under the filesys
 
 def job_dirname(overrides: str) -> str:
     """A sweep job's directory name from Hydra's override_dirname: itself when short, else its start and a hash of
-    the whole (a long override list made a name past 255 bytes and the sweep died before its first job). The same
+    the whole (a long override list made a name past 255 bytes and the sweep died before its first job). A '/' in a
+    value (strategy.checkpoint=/some/dir) becomes '_', so each job is one directory, not a tree of them. The same
     overrides give the same name, so `+resume=true` finds its old directories."""
+    overrides = overrides.replace("/", "_")
     raw = overrides.encode()
     if len(raw) <= JOB_DIR_BYTES:
         return overrides

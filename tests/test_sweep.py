@@ -63,6 +63,7 @@ def test_a_long_override_list_gets_a_short_job_directory(tmp_path: Path):
     long = ",".join(f"strategy.one_extra_forward_pass=false,setting_{i}=value_{i}" for i in range(8))
     assert len(job_dirname(long).encode()) <= JOB_DIR_BYTES and job_dirname(long) == job_dirname(long)
     assert job_dirname(long) != job_dirname(long + "x") and job_dirname("k=3") == "k=3"
+    assert job_dirname("strategy.checkpoint=/tmp/h,k=3") == "strategy.checkpoint=_tmp_h,k=3"  # one directory per job
     out = _sweep(tmp_path, "strategy.k=1,2", "strategy.one_extra_forward_pass=true",
                  "strategy.drop_first_drafted_tokens=true", "sampling.top_p=0.999999", "sampling.top_k=100000",
                  "max_model_len=123456", "engine.triton_verify=false", "engine.batch_invariant=true")
