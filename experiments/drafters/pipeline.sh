@@ -12,7 +12,7 @@
 # What travels (the tree limit is 64 MiB a call, the packaged GGUF is 98 MB): .cache/gpu/a/part_aa in a
 # first call, then .cache/gpu/b/{part_ab,data/} and .whl/ (../shared/device/fetch-wheels.sh); the device keeps
 # ignored paths between calls while it stays warm. data/ holds MT-Bench's and HumanEval's files (for the
-# contamination check) and Spec-Bench's question.jsonl. Since 2026-12-02 the tracked tree is ~40 MB, 26 MB of it
+# contamination check) and Spec-Bench's question.jsonl. Since 2026-12-02 the tracked tree is ~50 MB, 35 MB of it
 # the shipped checkpoints: for the calls that carry a GGUF part (split -b 47M, parts a and b), move
 # specbench/checkpoints/*/model.safetensors out of the checkout and put them back after (no stage reads them).
 set -euo pipefail
