@@ -31,8 +31,8 @@ def _raise_if_reduced_vocabulary(checkpoint: str) -> None:
     if config.get("format") == "specbench" and config.get("draft_vocab_size"):
         raise ConfigError(f"export: {checkpoint!r} drafts over a reduced vocabulary (draft_vocab_size="
                           f"{config['draft_vocab_size']}, d2t) with an EAGLE-1 layer; speculators' eagle format has no "
-                          f"draft vocabulary and its eagle3 format needs EAGLE-3's layer, so it has no speculators form. "
-                          f"Allowed: an EAGLE head trained with strategy.draft_vocab=null")
+                          f"draft vocabulary and its eagle3 format needs EAGLE-3's layer, so it has no speculators "
+                          f"form. Allowed: an EAGLE head trained with strategy.draft_vocab=null")
 
 
 def main(argv: list[str] | None = None) -> int:

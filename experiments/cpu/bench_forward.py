@@ -38,7 +38,8 @@ def identical_in_windows(runner: dec.DecoderRunner, prompt: torch.Tensor, steps:
         nxt = int(o.logits[0, -1].argmax())
     same = 0
     for s in range(0, steps, window):
-        o = runner(torch.tensor([seq[s : s + window]]), torch.arange(n + s, n + s + window)[None], attn_len=n + s + window)
+        positions = torch.arange(n + s, n + s + window)[None]
+        o = runner(torch.tensor([seq[s : s + window]]), positions, attn_len=n + s + window)
         same += sum(bool(torch.equal(o.logits[0, j], single[s + j])) for j in range(window))
     return same
 

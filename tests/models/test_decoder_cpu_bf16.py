@@ -108,9 +108,10 @@ def test_a_tree_nodes_logits_equal_its_paths_chain():
 
 
 def test_float32_small_inner_sizes_and_batch_invariant_false_keep_the_plain_path():
-    assert not DecoderRunner(load_model(resolve_spec({"name": "tiny-qwen3"}, "target"), "cpu", torch.float32).model).cpu_invariant
+    preset = resolve_spec({"name": "tiny-qwen3"}, "target")
+    assert not DecoderRunner(load_model(preset, "cpu", torch.float32).model).cpu_invariant
     # hidden 48: oneDNN's bf16 product is not row-invariant for that inner size (ONEDNN_INVARIANT_K)
-    assert not DecoderRunner(load_model(resolve_spec({"name": "tiny-qwen3"}, "target"), "cpu", torch.bfloat16).model).cpu_invariant
+    assert not DecoderRunner(load_model(preset, "cpu", torch.bfloat16).model).cpu_invariant
     m = tiny_bf16("tiny-qwen3")
     plain = DecoderRunner(m.model, batch_invariant=False)
     assert not plain.cpu_invariant
