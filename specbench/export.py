@@ -13,11 +13,10 @@ beyond speculators' EAGLE-1 is stated in the config's `specbench` block (see str
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from specbench.errors import ConfigError
+from specbench.errors import ConfigError, read_json_object
 from specbench.strategies.formats import export_speculators
 
 
@@ -27,7 +26,7 @@ def _raise_if_reduced_vocabulary(checkpoint: str) -> None:
     from specbench.strategies.checkpoints import checkpoint_files
 
     _, config_path = checkpoint_files(checkpoint, "eagle")
-    config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    config = read_json_object(Path(config_path), f"checkpoint {checkpoint!r}", "specbench's drafter config")
     if config.get("format") == "specbench" and config.get("draft_vocab_size"):
         raise ConfigError(f"export: {checkpoint!r} drafts over a reduced vocabulary (draft_vocab_size="
                           f"{config['draft_vocab_size']}, d2t) with an EAGLE-1 layer; speculators' eagle format has no "

@@ -90,9 +90,14 @@ def token_loss_for(data: DistillData, train_ids: list[int], vocab: int, size: in
         return TokenLoss(None, None)
     counts = top1_counts(data, train_ids, with_tokens=True)
     ids = torch.tensor(sorted(t for t, _ in counts.most_common(size)), device=device)
-    index = torch.full((vocab,), -100, dtype=torch.long, device=device)
-    index[ids] = torch.arange(len(ids), device=device)
-    return TokenLoss(ids, index)
+    return TokenLoss(ids, class_index(ids, vocab))
+
+
+def class_index(ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[V] int64: each target id's position in `ids` (the class a TokenLoss scores it as), -100 outside them."""
+    index = torch.full((vocab,), -100, dtype=torch.long, device=ids.device)
+    index[ids] = torch.arange(len(ids), device=ids.device)
+    return index
 
 
 @dataclass
@@ -232,9 +237,7 @@ class EagleTrainer(Trainer):
                 head.d2t.copy_(self.vocab.d2t())
         print(f"draft vocabulary: {size} target ids cover {self.vocab.covered:.4f} of {self.vocab.labels} top-1 labels "
               f"of the training sequences", flush=True)
-        index = torch.full((head.cfg.vocab_size,), -100, dtype=torch.long, device=device)  # target id -> draft id
-        index[ids] = torch.arange(size, device=device)
-        return TokenLoss(None, index)
+        return TokenLoss(None, class_index(ids, head.cfg.vocab_size))  # target id -> draft id
 
     def save(self, directory: Path) -> None:
         super().save(directory)
