@@ -74,7 +74,7 @@ class EngineConfig:
 
     batch_size: int = 1
     device: str = "auto"  # auto = cuda when visible, else cpu
-    dtype: str = "auto"  # auto = bfloat16 on cuda, float32 on cpu
+    dtype: str = "auto"  # auto = bfloat16 on cuda; on cpu bfloat16 where run.auto_dtype says, else float32
     backend: str = "auto"  # auto = our decoder for llama/qwen2/qwen3, transformers' forward otherwise
     ignore_eos: bool = False  # true: every prompt generates max_new_tokens
     warmup: bool = True  # one untimed short batch per engine before timing

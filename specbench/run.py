@@ -31,6 +31,7 @@ from specbench.metrics import exact_match, prompt_metrics, speedup, summarize, t
 from specbench.models.loading import DTYPES, LoadedModel, ModelSpec, load_model, resolve_spec, suggested_draft
 from specbench.models.multimodal import image_processor_for, make_vlm_aware_runner
 from specbench.models.cuda_graphs import cuda_graphs_default, graph_captures, maybe_graphed
+from specbench.models.decoder import cpu_bf16_invariant
 from specbench.models.runner import BACKENDS
 from specbench.models.tensor_parallel import env_rank, init_group, raise_if_unshardable
 from specbench.strategies.base import BuildContext, Proposer
@@ -85,6 +86,17 @@ def available_strategies() -> list[str]:
     return options("strategy")
 
 
+def auto_dtype(device: torch.device, target: ModelSpec, engine: Any) -> str:
+    """engine.dtype=auto: bfloat16 on CUDA. On the CPU, bfloat16 where our decoder runs this target bit-invariantly
+    (a token's logits the same alone, in a verify window or in a batch: DecoderRunner.cpu_invariant) and that path is
+    on (engine.batch_invariant, our backend, one rank): a 4-token verify of SmolLM2-135M then costs 1.2x a 1-token
+    forward, against 1.6x in float32 (experiments/cpu/README.md). float32 elsewhere."""
+    if device.type == "cuda":
+        return "bfloat16"
+    ours = engine.backend != "transformers" and engine.batch_invariant and engine.tensor_parallel == 1
+    return "bfloat16" if ours and cpu_bf16_invariant(target.known) else "float32"
+
+
 def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
     """Validate the whole configuration without loading a model. Each setting's type and range are
     specbench.config's (Hydra checks the types while composing); here: the strategy's class and settings,
@@ -114,9 +126,7 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
         raise ConfigError(f"engine.device={device_name!r}; allowed: auto, cpu, cuda, cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("engine.device=cuda but no CUDA device is visible; use engine.device=cpu")
-    dtype_name = e.dtype
-    if dtype_name == "auto":
-        dtype_name = "bfloat16" if device.type == "cuda" else "float32"
+    dtype_name = auto_dtype(device, target, e) if e.dtype == "auto" else e.dtype
     if dtype_name not in DTYPES:
         raise unknown("engine.dtype", dtype_name, ["auto", *DTYPES])
     if e.backend not in BACKENDS:

@@ -3,10 +3,12 @@ a verify forward's logits are bit-identical to 1-token forwards of the same toke
 
     OMP_NUM_THREADS=2 python experiments/cpu/bench_forward.py
 
-- fp32 (today's default): `decoder._linear` (weight @ x.T for 2..8 rows, F.linear otherwise), SDPA with a mask;
-- fp32, F.linear everywhere (`decoder.LINEAR_WT_ROWS` emptied);
+- fp32 with `weight @ x.T` for 2..8 rows (`decoder.LINEAR_WT_ROWS = (2, 8)`, the default until 2026-12-02), SDPA
+  with a mask;
+- fp32, F.linear everywhere (`decoder.LINEAR_WT_ROWS = None`, the fp32 default since);
 - bf16, batch_invariant=false: F.linear (oneDNN, unpacked weights) and SDPA with a mask;
-- bf16, batch_invariant=true (`DecoderRunner.cpu_invariant`): packed oneDNN weights, attention per query.
+- bf16, batch_invariant=true (`DecoderRunner.cpu_invariant`, engine.dtype=auto's choice on such a CPU): packed oneDNN
+  weights (packed for decoder.ONEDNN_PACK_ROWS rows), attention per query.
 Each (batch x new tokens) shape is timed in ROUNDS rounds of 3 forwards per setting, the settings alternating
 round by round at a prefix of 300 tokens; prints the median ms per forward. "bit-identical" decodes 24 tokens one
 at a time and recomputes them in 4-token windows: how many of the 24 logit rows are equal bit for bit.
@@ -49,10 +51,10 @@ def main() -> None:
     fp32 = load_model(spec, torch.device("cpu"), torch.float32).model
     bf16 = load_model(spec, torch.device("cpu"), torch.bfloat16).model
     settings = {
-        "fp32 _linear": (dec.DecoderRunner(fp32), dec.LINEAR_WT_ROWS),
-        "fp32 F.linear": (dec.DecoderRunner(fp32), (0, -1)),
-        "bf16 plain": (dec.DecoderRunner(bf16, batch_invariant=False), dec.LINEAR_WT_ROWS),
-        "bf16 invariant": (dec.DecoderRunner(bf16), dec.LINEAR_WT_ROWS),
+        "fp32 weight @ x.T (2..8 rows)": (dec.DecoderRunner(fp32), (2, 8)),
+        "fp32 F.linear": (dec.DecoderRunner(fp32), None),
+        "bf16 plain": (dec.DecoderRunner(bf16, batch_invariant=False), None),
+        "bf16 invariant": (dec.DecoderRunner(bf16), None),
     }
     assert settings["bf16 invariant"][0].cpu_invariant, "this CPU has no oneDNN bf16 GEMMs"
     default_rows = dec.LINEAR_WT_ROWS

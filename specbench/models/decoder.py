@@ -53,17 +53,18 @@ class ForwardOutput:
     layer_hidden: list[torch.Tensor] = field(default_factory=list)  # [B, T, H] each, outputs of asked layers
 
 
-LINEAR_WT_ROWS = (2, 8)  # row counts for which _linear takes weight @ x.T on the CPU
+# None: F.linear for every CPU product (the default). (lo, hi): `weight @ x.T` for lo..hi rows, which took MKL's faster
+# path on the first CPU we measured (1.2-1.8x for 2..8 rows) and its slower one on three later machines of the same
+# kind (a 1 x 4 forward 113.9 ms against F.linear's 77.9 on 2026-12-02: experiments/cpu/README.md); kept as a switch
+# for experiments/cpu/bench_forward.py, which measures both side by side
+LINEAR_WT_ROWS: tuple[int, int] | None = None
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, except for inference on the CPU over 2 to 8 rows (a batch-1 verify of up to k = 7
-    drafts), where `weight @ x.T` takes MKL's faster path for an [N, K] weight. Whole forwards of
-    SmolLM2-135M on our 2-core CPU, side by side (experiments/cpu/): 1.5x faster for 1 x 4 tokens;
-    one row (F.linear's matrix-vector path) and 16 rows or more are no faster that way, so they stay
-    on F.linear and target-only decoding is not slowed. The result is a transposed view."""
+    """F.linear, or `weight @ x.T` for CPU inference over LINEAR_WT_ROWS rows (a transposed view; see above)."""
     rows = x.numel() // x.shape[-1]
-    if x.device.type != "cpu" or torch.is_grad_enabled() or not LINEAR_WT_ROWS[0] <= rows <= LINEAR_WT_ROWS[1]:
+    if (LINEAR_WT_ROWS is None or x.device.type != "cpu" or torch.is_grad_enabled()
+            or not LINEAR_WT_ROWS[0] <= rows <= LINEAR_WT_ROWS[1]):
         return F.linear(x, weight, bias)
     y = (weight @ x.reshape(-1, x.shape[-1]).T).T.reshape(*x.shape[:-1], weight.shape[0])
     return y if bias is None else y + bias
@@ -86,9 +87,30 @@ def onednn_bf16() -> bool:
 ONEDNN_INVARIANT_K = 64
 
 
+def cpu_bf16_invariant(known: dict | None) -> bool:
+    """Whether a target of these sizes (a ModelSpec's `known`, before loading) would take DecoderRunner's bit-invariant
+    bf16 path on this CPU (`cpu_invariant`): our decoder's architecture, text only, every GEMM inner size a multiple of
+    ONEDNN_INVARIANT_K, and oneDNN bf16 GEMMs here. engine.dtype=auto picks bfloat16 on the CPU where it does."""
+    k = known or {}
+    if k.get("model_type") not in SUPPORTED_ARCHS or k.get("is_vlm"):
+        return False
+    hidden, inter, heads = k.get("hidden_size"), k.get("intermediate_size"), k.get("num_attention_heads")
+    if not (hidden and inter and heads):
+        return False
+    head_dim = k.get("head_dim") or hidden // heads
+    inner = (hidden, heads * head_dim, inter)  # qkv / gate-up, o, down
+    return all(n % ONEDNN_INVARIANT_K == 0 for n in inner) and onednn_bf16()
+
+
+# the batch-size hint oneDNN packs a weight for (its blocking). The product stays row-invariant at every hint we tried;
+# its speed does not: a 1-token forward of SmolLM2-135M spends 40 ms in GEMMs packed for 1 row (the 49152-row LM
+# head alone 4-6 ms, slower than fp32) and less packed for 16 (LM head ~2 ms): experiments/cpu/README.md
+ONEDNN_PACK_ROWS = 16
+
+
 def _pack_bf16(weight: torch.Tensor) -> torch.Tensor:
     """An [N, K] bf16 weight in oneDNN's packed layout (packed once; the product is the same as F.linear's)."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ONEDNN_PACK_ROWS)
 
 
 def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

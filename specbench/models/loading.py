@@ -49,13 +49,13 @@ class ModelSpec:
 
 
 _KNOWN_KEYS = ("model_type", "hidden_size", "vocab_size", "num_hidden_layers", "max_position_embeddings",
-               "num_attention_heads", "num_key_value_heads", "intermediate_size")
+               "num_attention_heads", "num_key_value_heads", "intermediate_size", "head_dim")
 
 
 def known_sizes(config: Mapping[str, Any]) -> dict[str, Any]:
     """The sizes checks need before loading, from a transformers config dict (a VLM's from its text_config):
-    model_type, hidden_size, vocab_size, num_hidden_layers, max_position_embeddings, the head counts and
-    intermediate_size (engine.tensor_parallel), and is_vlm."""
+    model_type, hidden_size, vocab_size, num_hidden_layers, max_position_embeddings, the head counts, head_dim and
+    intermediate_size (engine.tensor_parallel, engine.dtype=auto on the CPU), and is_vlm."""
     text = config.get("text_config") or config
     out = {key: text.get(key) for key in _KNOWN_KEYS if text.get(key) is not None}
     out["model_type"] = config.get("model_type", out.get("model_type"))

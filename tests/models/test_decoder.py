@@ -92,15 +92,17 @@ def test_decoder_matches_transformers_smollm2(smollm2):
     # <1e-4 at 1), so logits get 1e-3; exactness is asserted where it belongs, on tokens (greedy equality tests)
 
 
-def test_cpu_linear_equals_f_linear_for_every_row_count():
-    from specbench.models.decoder import _linear
+@pytest.mark.parametrize("rows", [None, (2, 8)])
+def test_cpu_linear_equals_f_linear_for_every_row_count(monkeypatch, rows):
+    import specbench.models.decoder as dec
 
+    monkeypatch.setattr(dec, "LINEAR_WT_ROWS", rows)  # the default (F.linear), and the weight @ x.T switch
     g = torch.Generator().manual_seed(0)
     w, b = torch.randn(7, 5, generator=g), torch.randn(7, generator=g)
     for shape in ((5,), (1, 5), (2, 3, 5), (2, 17, 5)):  # 1 row, 6 rows, 34 rows
         x = torch.randn(*shape, generator=g)
         with torch.inference_mode():
-            got, got_nobias = _linear(x, w, b), _linear(x, w)
+            got, got_nobias = dec._linear(x, w, b), dec._linear(x, w)
         assert got.shape == (*shape[:-1], 7)
         torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(got_nobias, F.linear(x, w), rtol=1e-5, atol=1e-5)

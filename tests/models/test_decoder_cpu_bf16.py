@@ -124,3 +124,22 @@ def test_float32_small_inner_sizes_and_batch_invariant_false_keep_the_plain_path
     a = plain(tokens[:, :4], pos[:, :4], attn_len=4).logits
     b = inv(tokens[:, :4], pos[:, :4], attn_len=4).logits
     torch.testing.assert_close(F.softmax(a, -1), F.softmax(b, -1), atol=2e-2, rtol=0)
+
+
+@pytest.mark.parametrize("sizes", [dict(hidden_size=192, intermediate_size=320, num_attention_heads=3, head_dim=64),
+                                   dict(hidden_size=192, intermediate_size=288, num_attention_heads=3, head_dim=64),
+                                   dict(hidden_size=192, intermediate_size=320, num_attention_heads=3, head_dim=48)])
+def test_the_plans_prediction_matches_the_runner(sizes):
+    """engine.dtype=auto decides before loading (cpu_bf16_invariant on the spec's known sizes) what the loaded runner
+    then does (cpu_invariant): MLP 288, or 3 heads of 48 (o's inner 144), is not a multiple of 64."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from specbench.models.decoder import cpu_bf16_invariant
+    from specbench.models.loading import known_sizes
+
+    cfg = AutoConfig.for_model("qwen3", num_hidden_layers=1, num_key_value_heads=1, vocab_size=101,
+                               max_position_embeddings=64, **sizes)
+    model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).eval()
+    assert cpu_bf16_invariant(known_sizes(cfg.to_dict())) == DecoderRunner(model).cpu_invariant
+    inner_ok = sizes["intermediate_size"] % 64 == 0 and sizes["num_attention_heads"] * sizes["head_dim"] % 64 == 0
+    assert DecoderRunner(model).cpu_invariant == inner_ok
