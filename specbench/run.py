@@ -202,8 +202,9 @@ def _acceptance_rules(device: torch.device, setting: str | bool) -> dict[str, Ca
 
 def _warm_up(engines: Any, p: _Plan, token_ids: list[list[int]], mm_inputs: list[dict | None] | None) -> None:
     """Untimed: allocate every cache at its final size, tune the GEMMs and capture every CUDA graph the
-    timed run will replay (each batch size it will use: the full batch and the last, smaller one), then
-    restart the drafts' random streams, so engine.warmup changes timings only, never tokens."""
+    timed run will replay (each batch size it will use: the full batch and the last, smaller one), on CUDA
+    run each batch's prefill shape once, then restart the drafts' random streams, so engine.warmup changes
+    timings only, never tokens."""
     n = len(token_ids)
     starts = sorted({0, (n - 1) // p.batch_size * p.batch_size})  # the first batch, and the last (maybe smaller)
     for engine in engines:
@@ -214,6 +215,21 @@ def _warm_up(engines: Any, p: _Plan, token_ids: list[list[int]], mm_inputs: list
         for s in starts:
             batch = slice(s, min(s + p.batch_size, n))
             warm.generate(token_ids[batch], mm_inputs=mm_inputs[batch] if mm_inputs else None)
+        if p.device.type == "cuda":
+            # the prefills (the target's, and a draft's in proposer.start) run eagerly at each batch's own shape;
+            # a shape's first call compiles Triton kernels and picks cuBLAS algorithms. Without this the first job
+            # of a process paid that inside its timed decode (issue 9's first job; experiments/gpu/README.md, run 5).
+            # max_new_tokens=1 stops each batch after its prefill.
+            prefill = Engine(engine.target, engine.proposer, p.verifier(), max_new_tokens=1, eos_ids=set(),
+                             device=p.device)
+            prefill.min_cache_len = engine.min_cache_len
+            shapes = set()
+            for s in range(0, n, p.batch_size):
+                batch = slice(s, min(s + p.batch_size, n))
+                shape = (len(token_ids[batch]), max(len(ids) for ids in token_ids[batch]))
+                if shape not in shapes:
+                    shapes.add(shape)
+                    prefill.generate(token_ids[batch], mm_inputs=mm_inputs[batch] if mm_inputs else None)
         engine.proposer.reseed()
 
 
