@@ -6,7 +6,8 @@
 #   python experiments/frontier/pard_ar_draft.py .cache/pard-ar
 #   bash experiments/frontier/run3.sh
 #   python -m specbench.report experiments/frontier/sweeps/*-run3 --out experiments/frontier/run3
-# Jobs in order of need (a cut run keeps every finished job: results.json is written last).
+# Jobs in order of need (a cut run keeps every finished job: results.json is written last). On 2026-12-02 the last
+# sweep (the eagle tree on Spec-Bench) was stopped for time before its first job.
 set -u
 cd "$(dirname "$0")/../.."
 PY=${PY:-python}
