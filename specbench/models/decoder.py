@@ -113,8 +113,18 @@ def _pack_bf16(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ONEDNN_PACK_ROWS)
 
 
+# ... but only up to a number of rows per call: with weights packed for 16 rows, SmolLM2-135M's products (inner size
+# 576 and 1536) change kernel, and rounding, from 33 rows on (a batch-16 verify of 4 tokens is 64 rows). So a call
+# never takes more than this many rows: longer inputs go through in fixed chunks, and every row meets the same kernel
+ONEDNN_INVARIANT_ROWS = 32
+
+
 def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    lin = lambda a: torch.ops.mkldnn._linear_pointwise(a, packed, bias, "none", [], "")  # noqa: E731
+    chunks = [rows] if rows.shape[0] <= ONEDNN_INVARIANT_ROWS else rows.split(ONEDNN_INVARIANT_ROWS)
+    out = torch.cat([lin(c) for c in chunks]) if len(chunks) > 1 else lin(rows)
+    return out.view(*x.shape[:-1], out.shape[-1])
 
 
 def _fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -143,3 +143,18 @@ def test_the_plans_prediction_matches_the_runner(sizes):
     assert cpu_bf16_invariant(known_sizes(cfg.to_dict())) == DecoderRunner(model).cpu_invariant
     inner_ok = sizes["intermediate_size"] % 64 == 0 and sizes["num_attention_heads"] * sizes["head_dim"] % 64 == 0
     assert DecoderRunner(model).cpu_invariant == inner_ok
+
+
+def test_a_packed_products_rows_do_not_depend_on_how_many_share_the_call():
+    """decoder._packed_linear at SmolLM2-135M's shapes (inner 576 and 1536, where oneDNN's kernel changes from 33 rows
+    on with weights packed for 16): every row of a 1..100-row call equals that row alone, bit for bit."""
+    import specbench.models.decoder as dec
+
+    g = torch.Generator().manual_seed(0)
+    for n, k in ((1728, 576), (576, 1536)):
+        packed = dec._pack_bf16(torch.randn(n, k, generator=g).bfloat16())
+        x = torch.randn(100, k, generator=g).bfloat16()
+        alone = torch.cat([dec._packed_linear(x[i : i + 1], packed) for i in range(100)])
+        for m in (2, 31, 32, 33, 40, 64, 100):
+            assert torch.equal(dec._packed_linear(x[:m], packed), alone[:m]), (n, k, m)
+        assert torch.equal(dec._packed_linear(x.view(4, 25, k), packed), alone.view(4, 25, n))  # [B, T, K] inputs
