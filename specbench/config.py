@@ -44,6 +44,7 @@ def _conf_dir() -> Path:
 
 
 CONF_DIR = _conf_dir()
+SCHEDULERS = ("static", "continuous")  # engine.scheduler (engine.Engine.generate)
 
 
 @dataclass
@@ -82,6 +83,8 @@ class EngineConfig:
     cuda_graphs: Any = "auto"  # auto | true | false
     batch_invariant: bool = True  # CUDA: logits independent of batch and verify width
     tensor_parallel: int = 1  # ranks the target is split over (models/tensor_parallel.py); the draft is replicated
+    scheduler: str = "static"  # static: batches of batch_size prompts; continuous: batch_size slots, refilled
+    stop_token_ids: list[int] = field(default_factory=list)  # ids that end a row as EOS does (besides the target's EOS)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -92,6 +95,12 @@ class EngineConfig:
             raise unknown("engine.triton_verify", self.triton_verify, ["auto", "true", "false"])
         if self.cuda_graphs not in ("auto", True, False, None):
             raise unknown("engine.cuda_graphs", self.cuda_graphs, ["auto", "true", "false"])
+        if self.scheduler not in SCHEDULERS:
+            raise unknown("engine.scheduler", self.scheduler, list(SCHEDULERS))
+        bad = [t for t in self.stop_token_ids if not isinstance(t, int) or isinstance(t, bool) or t < 0]
+        if bad:
+            raise ConfigError(f"engine.stop_token_ids={list(self.stop_token_ids)!r}: {bad!r} are not token ids; "
+                              f"allowed: a list of integers >= 0 (they end a row as EOS does)")
 
 
 @dataclass

@@ -4,7 +4,10 @@ The engine knows nothing about tokenization or about any particular strategy: it
 a target runner, a Proposer (whose class flags say what it needs) and a Verifier. Every tensor
 is batch-first. Rows finish independently (EOS or max_new_tokens) and accept ragged numbers of
 drafts; a finished row stays in the batch with its length frozen, so shapes never change
-inside a batch, and its results are no longer counted.
+inside a batch, and its results are no longer counted. Under continuous batching (engine.scheduler=continuous,
+`generate(..., concurrency=C)`) a finished row's slot takes the next waiting prompt at the end of the step: the
+prompt is prefilled alone into that row's cache (the runner's and the draft's `narrow`), the proposer admits it
+(`Proposer.admit`), and the batch keeps its shape.
 
 One host synchronisation per step: the accepted counts and emitted tokens come to the host
 together, because finishing rows (EOS, length) is host logic. Phase times come from CUDA events
@@ -14,11 +17,14 @@ on a GPU (read once per batch) and from the host clock on the CPU.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
 
+from specbench.models.decoder import ForwardOutput
 from specbench.strategies.base import DecodeState, Proposer
 from specbench.verify import Verifier
 
@@ -108,53 +114,68 @@ class Engine:
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], on_step: Callable[[int], None] | None = None,
-                 mm_inputs: list[dict | None] | None = None) -> tuple[list[RowResult], BatchTiming]:
-        """Decode one batch. `on_step(tokens_emitted)` is called after every step (progress bars).
+                 mm_inputs: list[dict | None] | None = None,
+                 concurrency: int | None = None) -> tuple[list[RowResult], BatchTiming]:
+        """Decode `prompts`; one RowResult per prompt, in order. `on_step(tokens_emitted)` is called after every step
+        (progress bars).
+
+        concurrency None (engine.scheduler=static): every prompt is a row from the start, prefilled together, and the
+        batch ends when its last row does. concurrency = C (continuous): C rows (slots); when a row finishes and
+        prompts are waiting, at the end of that step its slot takes the next one, prefilled alone ([1, P], so its
+        prefill does not depend on which requests share the batch) into the slot's cache rows, and the batch ends
+        when the queue is empty and every row has finished. A request's times then count from its admission.
 
         `mm_inputs` (one per prompt, None for text-only rows) carries what a multimodal runner needs
-        beyond token ids (pixel values, grid sizes); runners that have `begin_batch` receive it.
+        beyond token ids (pixel values, grid sizes); runners that have `begin_batch` receive it (static only).
         """
-        bsz, k, dev = len(prompts), self.proposer.k, self.device
-        plens = [len(p) for p in prompts]
-        pmax = max(plens)
+        continuous = concurrency is not None
+        if continuous and (mm_inputs is not None or hasattr(self.target, "begin_batch")):
+            raise ValueError("continuous batching takes text-only targets: a multimodal runner's images are per batch")
+        bsz = min(concurrency, len(prompts)) if continuous else len(prompts)
+        k, dev = self.proposer.k, self.device
+        pmax = max(len(p) for p in prompts)
         max_len = max(self.cache_len(pmax), self.min_cache_len)
         tokens = torch.zeros((bsz, max_len), dtype=torch.long, device=dev)
-        for b, p in enumerate(prompts):
-            tokens[b, : len(p)] = torch.tensor(p, dtype=torch.long)
-        rows = [RowResult(accepted_at=[0] * k, accepted_histogram=[0] * (k + 1) if k > 0 else []) for _ in range(bsz)]
+        results: list[RowResult] = [self._row() for _ in prompts]
+        slot_of = list(range(bsz))  # the prompt each row (slot) holds
+        plens = [0 if continuous else len(prompts[i]) for i in slot_of]  # continuous: set by _refill
+        if not continuous:
+            for b, i in enumerate(slot_of):
+                tokens[b, : plens[b]] = torch.tensor(prompts[i], dtype=torch.long)
         self.target.allocate(bsz, max_len)
         if hasattr(self.target, "begin_batch"):
             self.target.begin_batch(prompts, mm_inputs)
         if self.proposer.adaptive and self.proposer.tree == "chain":  # before the clock starts (trees run eagerly)
             self._warm_verify_widths(bsz, max_len)
-        clock = _PhaseClock(dev)
+        clock, admit_clock = _PhaseClock(dev), _PhaseClock(dev)
         t0 = time.perf_counter()
-
-        # 0) prefill: right-padded prompts; the first token comes from each row's last prompt position
-        positions = torch.arange(pmax, device=dev).expand(bsz, pmax)
-        last = torch.tensor(plens, device=dev)[:, None] - 1  # [B, 1]
-        out = self.target(tokens[:, :pmax], positions, attn_len=pmax, logits_at=last,
-                          want_hidden=self.want_hidden, hidden_layers=self.hidden_layers)
-        first = self.verifier(tokens[:, :0], None, out.logits).next_token  # [B]
-        tokens[torch.arange(bsz, device=dev), last[:, 0] + 1] = first
-        first_host = first.tolist()  # sync: the first token exists now
-        ttft = time.perf_counter() - t0
+        origin = [0.0] * bsz  # when each row's request started (seconds from t0)
         lengths_host = [p + 1 for p in plens]
-        active = [True] * bsz
-        for b, tok in enumerate(first_host):
-            rows[b].output_ids.append(tok)
-            rows[b].ttft_s = ttft
-            rows[b].emissions.append((ttft, 1))
-            self._maybe_finish(rows[b], b, active, ttft)
+        active = [not continuous] * bsz  # continuous: every row starts empty and takes a prompt in _refill
         state = DecodeState(tokens=tokens, lengths=torch.tensor(lengths_host, device=dev), lengths_host=lengths_host,
                             prompt_lengths=plens, active=torch.tensor(active, device=dev), max_len=max_len,
-                            active_host=list(active),
-                            mm_inputs=mm_inputs,
-                            target_hidden=out.hidden, target_layer_hidden=out.layer_hidden, target_positions=positions)
-        self.proposer.start(state, out.hidden)
+                            active_host=list(active), mm_inputs=mm_inputs)
+        timing = BatchTiming()
+        if continuous:  # 0) every row's first request, each prefilled alone
+            self.proposer.begin(state)
+            queue = deque(range(len(prompts)))
+            admit_clock.mark()
+            emitted = self._refill(state, prompts, queue, slot_of, results, active, t0, origin)
+            admit_clock.mark()
+        else:  # 0) prefill: right-padded prompts; the first token comes from each row's last prompt position
+            out, first, positions = self._prefill_forward(state, 0, bsz)
+            first_host = first.tolist()  # sync: the first token exists now
+            ttft = time.perf_counter() - t0
+            for b, tok in enumerate(first_host):
+                self._first_token(results[b], tok, ttft, b, active)
+            state.active_host = list(active)
+            state.active = torch.tensor(active, device=dev)
+            state.target_hidden, state.target_layer_hidden = out.hidden, out.layer_hidden
+            state.target_positions = positions
+            self.proposer.start(state, out.hidden)
+            timing.prefill_s, emitted = ttft, bsz
         if on_step:
-            on_step(sum(1 for _ in prompts))
-        timing = BatchTiming(prefill_s=ttft)
+            on_step(emitted)
         forwards_before = self.proposer.draft_forwards
         steps = torch.arange(k + 1, device=dev)
         # the host's per-row lengths and active flags go back to the device through one pinned buffer,
@@ -187,9 +208,10 @@ class Engine:
             old_lengths = list(lengths_host)
             accepted_host = [row[0] for row in host]
             emitted_count = 0
-            for b, row in enumerate(rows):
+            for b in range(bsz):
                 if not active[b]:
                     continue
+                row = results[slot_of[b]]
                 n = host[b][0]
                 new = host[b][1 : n + 2][: self.max_new_tokens - len(row.output_ids)]
                 if self.eos_ids:
@@ -206,10 +228,10 @@ class Engine:
                     row.k_drafted += n_drafted if draft.chain else self.proposer.step_k  # a tree: the depth expanded
                     row.accepted_histogram[n] += 1
                 row.output_ids.extend(new)
-                row.emissions.append((now, len(new)))
+                row.emissions.append((now - origin[b], len(new)))
                 lengths_host[b] += len(new)
                 emitted_count += len(new)
-                self._maybe_finish(row, b, active, now)
+                self._maybe_finish(row, b, active, now - origin[b])
             staging[0] = torch.as_tensor(lengths_host)
             staging[1] = torch.as_tensor(active)
             on_device = staging.to(dev, non_blocking=True)
@@ -219,15 +241,82 @@ class Engine:
             state.active_host = list(active)
             self.proposer.commit(state, verdict, accepted_host, old_lengths)
             timing.steps += 1
+            if continuous and queue and not all(active):  # 5) continuous: finished rows' slots take waiting prompts
+                admit_clock.mark()
+                emitted_count += self._refill(state, prompts, queue, slot_of, results, active, t0, origin)
+                admit_clock.mark()
             if on_step:
                 on_step(emitted_count)
         clock.mark()
         phases = clock.seconds()  # per step: draft, verify, commit (+ the gap to the next step's mark)
         timing.draft_s = sum(phases[0::3])
         timing.verify_s = sum(phases[1::3])
+        if continuous:
+            timing.prefill_s = sum(admit_clock.seconds()[0::2])
         timing.total_s = time.perf_counter() - t0
         timing.draft_forwards = self.proposer.draft_forwards - forwards_before
-        return rows, timing
+        return results, timing
+
+    def _row(self) -> RowResult:
+        k = self.proposer.k
+        return RowResult(accepted_at=[0] * k, accepted_histogram=[0] * (k + 1) if k > 0 else [])
+
+    def _prefill_forward(self, state: DecodeState, lo: int,
+                         hi: int) -> tuple[ForwardOutput, torch.Tensor, torch.Tensor]:
+        """Rows lo..hi-1 hold new prompts (state.tokens, prompt_lengths): one target forward over them (the whole
+        batch, or one admitted row narrowed to its cache rows) and their first tokens, written after each prompt on
+        the device. Returns the forward, the first tokens [hi - lo] and the positions [hi - lo, P]."""
+        n, dev = hi - lo, self.device
+        plens = state.prompt_lengths[lo:hi]
+        p = max(plens)
+        positions = torch.arange(p, device=dev).expand(n, p)
+        last = torch.tensor(plens, device=dev)[:, None] - 1  # [n, 1]
+        with nullcontext() if (lo, hi) == (0, state.batch_size) else self.target.narrow(lo, hi):
+            out = self.target(state.tokens[lo:hi, :p], positions, attn_len=p, logits_at=last,
+                              want_hidden=self.want_hidden, hidden_layers=self.hidden_layers)
+        first = self.verifier(state.tokens[lo:hi, :0], None, out.logits).next_token  # [n]
+        state.tokens[torch.arange(lo, hi, device=dev), last[:, 0] + 1] = first
+        return out, first, positions
+
+    def _first_token(self, row: RowResult, token: int, ttft: float, b: int, active: list[bool]) -> None:
+        row.output_ids.append(token)
+        row.ttft_s = ttft
+        row.emissions.append((ttft, 1))
+        self._maybe_finish(row, b, active, ttft)
+
+    def _refill(self, state: DecodeState, prompts: list[list[int]], queue: deque[int], slot_of: list[int],
+                results: list[RowResult], active: list[bool], t0: float, origin: list[float]) -> int:
+        """Continuous batching: the finished (or still empty) rows take the next waiting prompts. Each is prefilled
+        alone ([1, P], narrowed to its cache rows), but a round's prefills are launched back to back: one upload of
+        their prompts, one host sync for their first tokens. A request that ends at its first token frees its row
+        for another round. Returns the first tokens emitted; the device's lengths and active flags follow."""
+        emitted, dev = 0, self.device
+        while queue and not all(active):
+            free = [b for b, on in enumerate(active) if not on][: len(queue)]
+            reqs = [queue.popleft() for _ in free]
+            width = max(len(prompts[i]) for i in reqs)
+            staged = torch.tensor([prompts[i] + [0] * (width - len(prompts[i])) for i in reqs], device=dev)  # one copy
+            start = time.perf_counter() - t0
+            for j, (b, i) in enumerate(zip(free, reqs)):
+                p = len(prompts[i])
+                state.tokens[b, :p] = staged[j, :p]
+                slot_of[b], origin[b] = i, start
+                state.prompt_lengths[b], state.lengths_host[b], active[b] = p, p + 1, True
+            state.active_host = list(active)
+            firsts = []
+            for b in free:
+                out, first, positions = self._prefill_forward(state, b, b + 1)
+                self.proposer.admit(state, b, b + 1, out.hidden, out.layer_hidden, positions)
+                firsts.append(first)
+            host = torch.cat(firsts).tolist()  # the round's one sync
+            now = time.perf_counter() - t0
+            for b, token in zip(free, host):
+                self._first_token(results[slot_of[b]], token, now - origin[b], b, active)
+            emitted += len(free)
+        state.lengths = torch.tensor(state.lengths_host, device=dev)
+        state.active = torch.tensor(active, device=dev)
+        state.active_host = list(active)
+        return emitted
 
     def _verify_tree(self, state: DecodeState, draft, lengths_host: list[int]):
         """2)-3) for a tree: one target forward over [pending, node 0..N-1] (node j at cache slot L+j, RoPE position

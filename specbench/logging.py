@@ -133,13 +133,18 @@ def results_table(results: Mapping[str, Any]) -> str:
     add("verify ms / step", lambda b: _fmt(b.get("verify_ms_per_step")))
     for key, label in (("ttft_ms", "TTFT ms"), ("tpot_ms", "TPOT ms"), ("itl_ms", "ITL ms"), ("output_tokens_per_s", "tokens/s")):
         add(f"{label} mean/med/p90", lambda b, key=key: "/".join(_fmt(b[key][s], 1) for s in ("mean", "median", "p90")))
+    add("ITL ms p99", lambda b: _fmt(b["itl_ms"].get("p99"), 1))
     add("decode tok/s, whole batch", lambda b: _fmt(b.get("decode_tokens_per_s_overall"), 1))
+    add("output tok/s, whole run", lambda b: _fmt(b.get("output_tokens_per_s_overall"), 1))
     add("time: draft/verify/other %", lambda b: "/".join(
         _fmt(100 * b["time_split"][f] / b["time_split"]["total_s"], 0) if b["time_split"]["total_s"] else "-"
         for f in ("draft_s", "verify_s", "other_s")))
     widths = [max(len(r[i]) for r in [header] + lines) for i in range(len(header))]
     fmt = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
     out = [fmt(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [fmt(r) for r in lines]
+    if results["run"].get("scheduler") == "continuous":
+        out.append(f"continuous batching over {results['run']['batch_size']} slots: a request's TTFT and latency count "
+                   f"from its admission into a slot; whole-run tok/s includes every admission's prefill")
     if results.get("speedup"):
         sp = results["speedup"]
         out.append(f"speedup (baseline TPOT / strategy TPOT): {_fmt(sp['speedup'])}x "

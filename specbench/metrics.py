@@ -15,7 +15,7 @@
   time split: draft, verify, other.
 
 Counters are summed over prompts (AL and rates are token-weighted, as Spec-Bench and vLLM report
-them); timings are reported per prompt with their spread: mean, median, p90 and n.
+them); timings are reported per prompt with their spread: mean, median, p90, p99 and n.
 
 OBJECTIVES: the one number per job that a settings optimizer (`-m hydra/sweeper=specbench_optuna`)
 maximizes, read from results.json (the `objective` setting picks one; every one is better when higher).
@@ -36,15 +36,15 @@ TIMED = ("ttft_ms", "tpot_ms", "latency_ms", "output_tokens_per_s")
 
 
 def spread(values: Sequence[float]) -> dict[str, float | int | None]:
-    """mean, median, p90 (nearest-rank on the sorted values) and n."""
+    """mean, median, p90 and p99 (nearest-rank on the sorted values) and n."""
     vals = sorted(v for v in values if v is not None and not math.isnan(v))
     if not vals:
-        return {"mean": None, "median": None, "p90": None, "n": 0}
+        return {"mean": None, "median": None, "p90": None, "p99": None, "n": 0}
     n = len(vals)
     mid = n // 2
     median = vals[mid] if n % 2 else (vals[mid - 1] + vals[mid]) / 2
-    p90 = vals[min(n - 1, math.ceil(0.9 * n) - 1)]
-    return {"mean": sum(vals) / n, "median": median, "p90": p90, "n": n}
+    rank = lambda q: vals[min(n - 1, math.ceil(q * n) - 1)]  # noqa: E731
+    return {"mean": sum(vals) / n, "median": median, "p90": rank(0.9), "p99": rank(0.99), "n": n}
 
 
 def prompt_metrics(row: RowResult) -> dict[str, Any]:

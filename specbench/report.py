@@ -44,12 +44,22 @@ from typing import Any
 COLUMNS = ("job", "strategy", "settings", "k", "temperature", "top_k", "top_p", "target", "draft", "dataset",
            "n_prompts", "batch_size", "nodes_per_step", "mean_k", "acceptance_length", "al_per_verified_token", "acceptance_rate",
            "tpot_baseline_ms", "tpot_strategy_ms", "speedup", "exact_match", "per_position_acceptance", "verify_ms_per_step", "tpot_baseline_ms_median", "tpot_strategy_ms_median",
-           "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens", "accepted_histogram")
+           "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens",
+           "accepted_histogram", "scheduler", "speedup_whole_batch", "tokens_per_s_baseline", "tokens_per_s_strategy",
+           "itl_baseline_ms_median", "itl_baseline_ms_p99", "itl_strategy_ms_median", "itl_strategy_ms_p99")
+# the columns measured with a clock: they differ run to run where every other column repeats
+TIMING_COLUMNS = ("tpot_baseline_ms", "tpot_strategy_ms", "speedup", "tpot_baseline_ms_median",
+                  "tpot_strategy_ms_median", "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90", "verify_ms_per_step",
+                  "speedup_whole_batch", "tokens_per_s_baseline", "tokens_per_s_strategy", "itl_baseline_ms_median",
+                  "itl_baseline_ms_p99", "itl_strategy_ms_median", "itl_strategy_ms_p99")
 # shown in report.md only when they differ between jobs (always in report.csv)
 _COLLAPSIBLE = ("top_k", "top_p", "batch_size", "nodes_per_step", "al_per_verified_token",  # these two: trees
-                "mean_k")  # K drafted per step: differs from k under adaptive K
+                "mean_k",  # K drafted per step: differs from k under adaptive K
+                "scheduler", "speedup_whole_batch")
 _CSV_ONLY = ("per_position_acceptance", "verify_ms_per_step", "tpot_baseline_ms_median", "tpot_strategy_ms_median", "tpot_strategy_ms_p90",
-             "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens", "accepted_histogram")
+             "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens", "accepted_histogram",
+             "tokens_per_s_baseline", "tokens_per_s_strategy", "itl_baseline_ms_median", "itl_baseline_ms_p99",
+             "itl_strategy_ms_median", "itl_strategy_ms_p99")
 # strategy settings that are not the strategy's own options
 _NOT_SETTINGS = ("_target_", "name", "k")
 
@@ -263,6 +273,15 @@ def job_row(results: Mapping[str, Any], label: str) -> dict[str, Any]:
         "output_tokens": _get(results, "strategy", "output_tokens"),
         # row-steps that accepted 0, 1, ..., k drafts
         "accepted_histogram": " ".join(str(c) for c in _get(results, "strategy", "accepted_histogram") or []),
+        "scheduler": run.get("scheduler", "static"),
+        "speedup_whole_batch": _get(results, "speedup", "whole_batch"),
+        # whole-run output tokens per second (every row of every batch together, prefills included)
+        "tokens_per_s_baseline": _get(results, "baseline", "output_tokens_per_s_overall"),
+        "tokens_per_s_strategy": _get(results, "strategy", "output_tokens_per_s_overall"),
+        "itl_baseline_ms_median": _get(results, "baseline", "itl_ms", "median"),
+        "itl_baseline_ms_p99": _get(results, "baseline", "itl_ms", "p99"),
+        "itl_strategy_ms_median": _get(results, "strategy", "itl_ms", "median"),
+        "itl_strategy_ms_p99": _get(results, "strategy", "itl_ms", "p99"),
     }
 
 

@@ -69,6 +69,8 @@ class _Plan:
     synthetic: dict[str, Any]  # verify.synthetic_*: empty = real, lossless acceptance
     checkpoint: dict[str, Any] | None = None  # the drafter checkpoint's resolved files and weights hash (eagle, medusa)
     tensor_parallel: int = 1  # engine.tensor_parallel: ranks the target is split over
+    scheduler: str = "static"  # engine.scheduler: static batches, or continuous batching over batch_size slots
+    stop_ids: frozenset[int] = frozenset()  # engine.stop_token_ids: they end a row as the target's EOS does
 
     @property
     def lossless(self) -> bool:
@@ -154,9 +156,13 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
         rate_for_acceptance_length(float(synthetic["synthetic_acceptance_length"]), k)  # ConfigError outside [1, k+1]
     raise_if_unknown_logger_settings(target_class(c.logger, "logger", NullLogger), c.logger)
     prompts = load_prompts(asdict(c.dataset))
+    if e.scheduler == "continuous" and any(mm_images(pr) for pr in prompts):
+        raise ConfigError(f"engine.scheduler=continuous with prompts that carry images (dataset "
+                          f"{c.dataset.name!r}); allowed: engine.scheduler=static (a VLM's images are encoded per batch)")
     return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], e.batch_size,
                  max_new, c.max_model_len, e.backend, rules, cuda_graphs_default(e.cuda_graphs, device),
-                 e.batch_invariant, synthetic, cls.checkpoint_record(strategy_cfg, target), e.tensor_parallel)
+                 e.batch_invariant, synthetic, cls.checkpoint_record(strategy_cfg, target), e.tensor_parallel,
+                 e.scheduler, frozenset(e.stop_token_ids))
 
 
 def raise_if_unknown_settings(cls: type[Proposer], cfg: Mapping[str, Any]) -> None:
@@ -204,17 +210,22 @@ def _warm_up(engines: Any, p: _Plan, token_ids: list[list[int]], mm_inputs: list
     """Untimed: allocate every cache at its final size, tune the GEMMs and capture every CUDA graph the
     timed run will replay (each batch size it will use: the full batch and the last, smaller one), on CUDA
     run each batch's prefill shape once, then restart the drafts' random streams, so engine.warmup changes
-    timings only, never tokens."""
+    timings only, never tokens. Continuous batching: a short continuous run (rows finish at different steps, so
+    slots are refilled), and on CUDA one prompt of each length prefilled alone, as admissions are."""
     n = len(token_ids)
+    continuous = p.scheduler == "continuous"
     starts = sorted({0, (n - 1) // p.batch_size * p.batch_size})  # the first batch, and the last (maybe smaller)
     for engine in engines:
         k = engine.proposer.k  # three steps even when every draft is accepted (draft catch-ups differ after step 1)
         warm = Engine(engine.target, engine.proposer, p.verifier(), max_new_tokens=min(3 * (k + 1) + 1, p.max_new_tokens),
                       eos_ids=set(), device=p.device)
         warm.min_cache_len = engine.min_cache_len
-        for s in starts:
-            batch = slice(s, min(s + p.batch_size, n))
-            warm.generate(token_ids[batch], mm_inputs=mm_inputs[batch] if mm_inputs else None)
+        if continuous:
+            warm.generate(token_ids[: 2 * p.batch_size], concurrency=p.batch_size)
+        else:
+            for s in starts:
+                batch = slice(s, min(s + p.batch_size, n))
+                warm.generate(token_ids[batch], mm_inputs=mm_inputs[batch] if mm_inputs else None)
         if p.device.type == "cuda":
             # the prefills (the target's, and a draft's in proposer.start) run eagerly at each batch's own shape;
             # a shape's first call compiles Triton kernels and picks cuBLAS algorithms. Without this the first job
@@ -223,22 +234,30 @@ def _warm_up(engines: Any, p: _Plan, token_ids: list[list[int]], mm_inputs: list
             prefill = Engine(engine.target, engine.proposer, p.verifier(), max_new_tokens=1, eos_ids=set(),
                              device=p.device)
             prefill.min_cache_len = engine.min_cache_len
-            shapes = set()
-            for s in range(0, n, p.batch_size):
-                batch = slice(s, min(s + p.batch_size, n))
-                shape = (len(token_ids[batch]), max(len(ids) for ids in token_ids[batch]))
-                if shape not in shapes:
-                    shapes.add(shape)
-                    prefill.generate(token_ids[batch], mm_inputs=mm_inputs[batch] if mm_inputs else None)
+            if continuous:  # [1, P] for each prompt length P
+                prefill.generate(list({len(ids): ids for ids in token_ids}.values()), concurrency=p.batch_size)
+            else:
+                shapes = set()
+                for s in range(0, n, p.batch_size):
+                    batch = slice(s, min(s + p.batch_size, n))
+                    shape = (len(token_ids[batch]), max(len(ids) for ids in token_ids[batch]))
+                    if shape not in shapes:
+                        shapes.add(shape)
+                        prefill.generate(token_ids[batch], mm_inputs=mm_inputs[batch] if mm_inputs else None)
         engine.proposer.reseed()
 
 
 def _decode(engine: Engine, prompts: list[list[int]], batch_size: int, desc: str,
-            mm_inputs: list[dict | None] | None = None, quiet: bool = False) -> tuple[list[RowResult], list[BatchTiming]]:
-    rows: list[RowResult] = []
-    timings: list[BatchTiming] = []
+            mm_inputs: list[dict | None] | None = None, quiet: bool = False,
+            continuous: bool = False) -> tuple[list[RowResult], list[BatchTiming]]:
+    """Every prompt through `engine`: static batches of batch_size, or (continuous) one run over batch_size slots."""
     total = len(prompts) * engine.max_new_tokens
     with tqdm(total=total, desc=desc, unit="tok", dynamic_ncols=True, mininterval=1.0, disable=quiet) as bar:
+        if continuous:
+            rows, timing = engine.generate(prompts, on_step=bar.update, concurrency=batch_size)
+            return rows, [timing]
+        rows: list[RowResult] = []
+        timings: list[BatchTiming] = []
         for start in range(0, len(prompts), batch_size):
             batch_mm = None if mm_inputs is None else mm_inputs[start : start + batch_size]
             batch_rows, timing = engine.generate(prompts[start : start + batch_size], on_step=bar.update, mm_inputs=batch_mm)
@@ -338,7 +357,14 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     proposer = build(p.strategy_cfg, ctx)  # the Proposer classes take ctx first
     if proposer.nodes_per_step > k:  # a tree's verify window holds more cache slots than its k positions
         check_prompt_lengths(p.prompts, token_ids, p.max_model_len, p.max_new_tokens, extra=proposer.nodes_per_step + 1)
-    eos = set() if (cfg.get("engine") or {}).get("ignore_eos", False) else target.eos_ids
+    eos = set() if (cfg.get("engine") or {}).get("ignore_eos", False) else set(target.eos_ids) | p.stop_ids
+    if p.scheduler == "continuous":
+        multimodal = [role for role, r in (("target", target_runner), ("draft", getattr(proposer, "runner", None)))
+                      if hasattr(r, "begin_batch")]
+        if multimodal:
+            raise ConfigError(f"engine.scheduler=continuous with a vision-language {' and '.join(multimodal)} "
+                              f"({target.spec.label if multimodal[0] == 'target' else p.draft.label}); allowed: "
+                              f"engine.scheduler=static (a VLM's images and M-RoPE positions are set per batch)")
 
     def engine_for(prop: Proposer) -> Engine:
         return Engine(target_runner, prop, p.verifier(), max_new_tokens=p.max_new_tokens,
@@ -359,7 +385,8 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     per_prompt: dict[str, list[dict[str, Any]]] = {}
     for side, engine in engines.items():
         label = "none" if side == "baseline" else p.strategy_cfg.get("name", side)
-        rows[side], timings = _decode(engine, token_ids, p.batch_size, desc=label, mm_inputs=mm_inputs, quiet=not writer)
+        rows[side], timings = _decode(engine, token_ids, p.batch_size, desc=label, mm_inputs=mm_inputs, quiet=not writer,
+                                      continuous=p.scheduler == "continuous")
         per_prompt[side] = [prompt_metrics(r) for r in rows[side]]
         summaries[side] = summarize(per_prompt[side], timings)
 
@@ -369,6 +396,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
                 "draft_files": _model_files(p.draft) if p.draft else None, "checkpoint": p.checkpoint,
                 "dataset": (cfg.get("dataset") or {}).get("name"),
                 "n_prompts": len(p.prompts), "max_new_tokens": p.max_new_tokens, "batch_size": p.batch_size,
+                "scheduler": p.scheduler,
                 "temperature": p.sampling.temperature, "top_k": p.sampling.top_k, "top_p": p.sampling.top_p,
                 "seed": p.sampling.seed, "dtype": str(p.dtype).removeprefix("torch."), "lossless": p.lossless,
                 "synthetic_acceptance": p.synthetic or None, "cuda_graphs": p.cuda_graphs,

@@ -101,6 +101,11 @@ def test_a_plain_mapping_gets_the_same_checks():
         plan({**good, "max_new_tokens": "abc"})
     with pytest.raises(ConfigError, match=r"engine.batch_size=0; allowed: an integer >= 1"):
         plan({**good, "engine": {"batch_size": 0}})
+    with pytest.raises(ConfigError, match=r"unknown engine.scheduler 'dynamic'; allowed: continuous, static"):
+        plan({**good, "engine": {"scheduler": "dynamic"}})
+    with pytest.raises(ConfigError, match=r"engine.stop_token_ids=\[3, -1\]: \[-1\] are not token ids; "
+                                          r"allowed: a list of integers >= 0"):
+        plan({**good, "engine": {"stop_token_ids": [3, -1]}})
     minimal = {key: good[key] for key in ("target", "strategy", "dataset")}  # everything else: the schema's defaults
     p = plan(minimal)
     assert (p.max_new_tokens, p.batch_size, p.sampling.temperature, p.draft.name) == (64, 1, 0.0, "tiny-llama")

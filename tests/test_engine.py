@@ -59,6 +59,33 @@ def test_rows_finish_independently_at_eos():
     assert rows[0].finished_by == "eos" and len(rows[0].output_ids) == 4
 
 
+def test_continuous_batching_refills_slots_and_times_requests_from_admission():
+    """7 prompts over 3 slots with EOS: every prompt's output is its own greedy decoding cut at EOS (as at static
+    batch 1), a slot is refilled while the others decode, and each request's times count from its admission."""
+    target = tiny("tiny-llama")
+    prompts = ragged_prompts(target.vocab_size)[:7]
+    full = hf_greedy(target.model, prompts, 16)
+    eos = max({t for out in full for t in out[1:12]}, key=lambda t: sum(t in out[1:12] for out in full))
+    expected = [out[: out.index(eos) + 1] if eos in out else out for out in full]
+    assert len({len(e) for e in expected}) > 2, "rows should finish at different steps"
+    ctx = _ctx(target, perturbed(target, 0.3))
+    engine = Engine(ctx.target_runner, DraftModelProposer(ctx, k=3), Verifier(SamplingParams(), CPU), max_new_tokens=16,
+                    eos_ids={eos}, device=CPU)
+    emitted = []
+    rows, timing = engine.generate(prompts, on_step=emitted.append, concurrency=3)
+    assert [r.output_ids for r in rows] == expected
+    assert sum(emitted) == sum(len(e) for e in expected)  # the progress callback saw every token, first ones too
+    steps_alone = [r.drafts for r in _decode(ctx, DraftModelProposer(ctx, k=3), prompts, 1, 16, eos={eos})]
+    assert [r.drafts for r in rows] == steps_alone  # a request takes as many steps as it does alone
+    assert timing.steps < sum(steps_alone)  # ... but several of them run at once
+    for r in rows:  # per request, from its admission: first token, then its steps, then the end
+        assert 0 < r.ttft_s <= r.emissions[-1][0] == r.latency_s <= timing.total_s
+    assert 0 < timing.prefill_s < timing.total_s
+    engine.max_new_tokens = 1  # every request ends at its first token: slots refill at once, until the queue is empty
+    rows, timing = engine.generate(prompts, concurrency=3)
+    assert [r.output_ids for r in rows] == [e[:1] for e in expected] and timing.steps == 0
+
+
 @pytest.mark.slow
 def test_greedy_equality_on_real_weights(smollm2):
     """SmolLM2-135M (the packaged real model), 8 real prompts, batch 1 and 4, fp32."""

@@ -29,8 +29,6 @@ from specbench.errors import ConfigError  # noqa: E402
 COMMON = ["target=tiny-llama", "strategy=draft_model", "draft=self", "dataset=builtin", "dataset.num_prompts=3",
           "max_new_tokens=6", "logger=none", "engine.warmup=false", "engine.device=cpu"]
 GRID = ["strategy.k=1,2", "sampling.temperature=0,1"]
-TIMING = ("tpot_baseline_ms", "tpot_strategy_ms", "speedup", "tpot_baseline_ms_median", "tpot_strategy_ms_median",
-          "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90", "verify_ms_per_step")
 HOLDS = re.compile(r"^\[([\d\- :,]+)\]\[specbench\]\[INFO\] - specbench: this job \(pid (\d+)\) holds GPU (\S+) ")
 RELEASED = re.compile(r"^\[([\d\- :,]+)\]\[specbench\]\[INFO\] - specbench: GPU (\S+) released")
 
@@ -93,7 +91,7 @@ def _rows(sweep: Path) -> list[dict[str, str]]:
     """`python -m specbench.report <sweep>`'s table, less the columns that time the run."""
     assert report.main([str(sweep)]) == 0
     rows = list(csv.DictReader(io.StringIO((sweep / "report.csv").read_text())))
-    return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
+    return [{k: v for k, v in row.items() if k not in report.TIMING_COLUMNS} for row in rows]
 
 
 def test_a_4_job_sweep_runs_2_at_a_time_and_reports_like_a_sequential_one(tmp_path: Path):

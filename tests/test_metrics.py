@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specbench.engine import BatchTiming, RowResult
-from specbench.metrics import prompt_metrics, summarize
+from specbench.metrics import prompt_metrics, spread, summarize
 
 
 def _row(drafts: int, draft_tokens: int, accepted: int, accepted_at: list[int]) -> RowResult:
@@ -53,3 +53,9 @@ def test_mean_k_and_the_accepted_histogram_under_a_varying_k():
 def test_target_only_has_no_k_and_an_empty_histogram():
     out = summarize([prompt_metrics(_row(0, 0, 0, []))])
     assert out["mean_k"] is None and out["accepted_histogram"] == []
+
+
+def test_spread_ranks_p90_and_p99_nearest_rank():
+    out = spread([float(v) for v in range(100, 0, -1)] + [float("nan"), None])  # 1..100, shuffled by reversal
+    assert out == {"mean": 50.5, "median": 50.5, "p90": 90.0, "p99": 99.0, "n": 100}
+    assert spread([2.0])["p99"] == 2.0 and spread([])["p99"] is None

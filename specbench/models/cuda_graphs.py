@@ -23,6 +23,8 @@ how the CPU tests cover it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +79,7 @@ class GraphedRunner(RunnerWrapper):
         self.graphs: dict[tuple, _Graph] = {}
         self.pool = None
         self.captures = 0
+        self.eager = False  # inside narrow(): every forward runs eagerly on the narrowed rows
 
     # the runner interface (vocab_size, device, max_len and the rest: RunnerWrapper) ---------------------
     @property
@@ -111,6 +114,16 @@ class GraphedRunner(RunnerWrapper):
         self.graphs.clear()
         self.pool = None
 
+    @contextmanager
+    def narrow(self, lo: int, hi: int) -> Iterator[GraphedRunner]:
+        """DecoderRunner.narrow, forwards run eagerly meanwhile (the graphs hold the whole cache's rows)."""
+        with self.runner.narrow(lo, hi):
+            self.eager = True
+            try:
+                yield self
+            finally:
+                self.eager = False
+
     def __call__(self, *args: Any, **kwargs: Any) -> ForwardOutput:
         return self.forward(*args, **kwargs)
 
@@ -125,7 +138,7 @@ class GraphedRunner(RunnerWrapper):
         bsz, t = tokens.shape
         tree = tree_mask if tree_mask is not None else tree_path
         limit = self.max_graph_tokens if tree is None else self.max_tree_tokens
-        if t > limit or bsz > self.rows:
+        if t > limit or bsz > self.rows or self.eager:
             return self.runner(tokens, positions, attn_len=attn_len, logits_at=logits_at, want_hidden=want_hidden,
                                hidden_layers=hidden_layers, slots=slots, tree_mask=tree_mask, tree_path=tree_path)
         bb = bucket(bsz, self.buckets)

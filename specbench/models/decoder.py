@@ -28,6 +28,8 @@ fused GEMMs), which is what the CPU tests compare against transformers.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -258,6 +260,20 @@ class DecoderRunner(nn.Module):
         self.k_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self.v_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self.rope_table(max_len)
+
+    @contextmanager
+    def narrow(self, lo: int, hi: int) -> Iterator[DecoderRunner]:
+        """Within the block, cache rows lo..hi-1 are this runner's rows 0..hi-lo-1 (views: what a forward writes lands
+        in those rows). Continuous batching prefills a request admitted into a slot this way, alone."""
+        saved = self.k_cache, self.v_cache, self.rope_offset
+        assert saved[0] is not None and 0 <= lo < hi <= saved[0].shape[1], "narrow() rows outside the cache"
+        self.k_cache, self.v_cache = saved[0][:, lo:hi], saved[1][:, lo:hi]
+        if saved[2] is not None:
+            self.rope_offset = saved[2][lo:hi]
+        try:
+            yield self
+        finally:
+            self.k_cache, self.v_cache, self.rope_offset = saved
 
     def rope_table(self, n: int) -> None:
         """The rotary tables for positions 0..n-1 (allocate: the cache's slots; more for rows with a positive offset)."""

@@ -9,6 +9,8 @@ guarded runner (models.draft_runner), has the one interface the engine and the s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -25,7 +27,8 @@ BACKENDS = ("auto", "native", "transformers")
 class Runner(Protocol):
     """A forward over [B, T] new tokens at per-row positions, over a per-row static cache (slot == position).
 
-    A multimodal runner also has `begin_batch(prompts, mm_inputs)`, which the engine calls when present.
+    A multimodal runner also has `begin_batch(prompts, mm_inputs)`, which the engine calls when present. A runner
+    with `narrow(lo, hi)` (a context manager: rows lo..hi-1 seen as the whole batch) can take continuous batching.
     """
 
     @property
@@ -135,6 +138,24 @@ class TransformersRunner(nn.Module):
         self.slot_pos = torch.arange(max_len, device=self.device).repeat(batch_size, 1)
         self.sees = None
         self.cache, self.cached = None, 0
+
+    @contextmanager
+    def narrow(self, lo: int, hi: int) -> Iterator[TransformersRunner]:
+        """Within the block, rows lo..hi-1 are this runner's rows 0..hi-lo-1 (views of the history, its positions and
+        its tree table): continuous batching prefills a request admitted into a slot this way. A batch-1 KV cache made
+        inside is kept only when the rows are the whole batch (the only case in which the batch uses it)."""
+        assert self.history is not None and 0 <= lo < hi <= self.history.shape[0], "narrow() rows outside the cache"
+        whole = (lo, hi) == (0, self.history.shape[0])
+        saved = self.history, self.slot_pos, self.sees, self.cache, self.cached
+        self.history, self.slot_pos = saved[0][lo:hi], saved[1][lo:hi]
+        self.sees = None if saved[2] is None else saved[2][lo:hi]
+        self.cache, self.cached = (saved[3], saved[4]) if whole else (None, 0)
+        try:
+            yield self
+        finally:
+            cache = (self.cache, self.cached) if whole else saved[3:]
+            self.history, self.slot_pos, self.sees = saved[:3]
+            self.cache, self.cached = cache
 
     @torch.inference_mode()
     def forward(

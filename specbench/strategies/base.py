@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, ClassVar
@@ -154,6 +155,9 @@ class Proposer(ABC):
     cuda_graphs: ClassVar[bool] = False
     drafting: ClassVar[str] = "chain"  # one of DRAFTING
     needs_draft_model: ClassVar[bool] = False  # run() loads cfg.draft for it (draft=self: the target drafts itself)
+    # its drafts read earlier requests' outputs (suffix's global trie), so a prompt's acceptance depends on which
+    # requests finished before it: on the batch size and the scheduler, not only on the prompt
+    reads_other_requests: ClassVar[bool] = False
 
     def __init__(self, ctx: BuildContext, k: int, name: str = "", one_extra_forward_pass: bool = False,
                  drop_first_drafted_tokens: bool = False, tree: str = "chain", top_k: int = 1, num_nodes: int = 0,
@@ -333,27 +337,60 @@ class Proposer(ABC):
 
     # -- the loop --------------------------------------------------------------------------------------------
     def start(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
-        """A new batch: the prompts (and the first token) are committed. A draft with its own cache ingests the
-        prompts here (their last token too, unless the extra forward pass will); seen = the positions it holds."""
+        """A new batch whose prompts (and first token) are committed, prefilled together (state.target_*): begin()
+        then admit() every row."""
+        self.begin(state)
+        self.admit(state, 0, state.batch_size, state.target_hidden, state.target_layer_hidden, state.target_positions)
+
+    def begin(self, state: DecodeState) -> None:
+        """A new batch of state.batch_size rows (slots), before any row is admitted: size the per-row state."""
+        b = state.batch_size
         self.features = None
-        self._keep_features(state)
-        # the prompt's cache entries are the prefill's (other kernels than a decode step's): propose() never re-feeds
-        # them, so that a self-draft's cache stays bit-identical to the target's (batch-invariant kernels)
-        self.floor = torch.tensor(state.prompt_lengths, device=self.device)[:, None]  # [B, 1]
-        b, first = state.batch_size, 1 if self.pass_hidden_states_to_model else 0  # x_0 has no feature before it
+        self.floor = torch.zeros((b, 1), dtype=torch.long, device=self.device)  # [B, 1] each row's prompt length
+        self.seen = [0] * b
         if self.owns_kv_cache or self.runner is not None:  # a runner always has slots; only owns_kv_cache fills them
             self.allocate(b, state.max_len)
+        self.k_now = self.k  # the heuristic schedule starts each batch at k (transformers' "heuristic_transient")
+
+    def admit(self, state: DecodeState, lo: int, hi: int, hidden: torch.Tensor | None,
+              layer_hidden: list[torch.Tensor] | None, positions: torch.Tensor | None) -> None:
+        """Rows lo..hi-1 start new prompts: the whole batch at its start, or (continuous batching) a slot whose request
+        finished, taking the next. Their prompts and first token are committed in `state` (its host lists already
+        say so); hidden, layer_hidden and positions are those rows' prefill ([hi - lo, P, ...]). A draft with its own
+        cache ingests the prompts here (their last token too, unless the extra forward pass will); seen = the
+        positions it holds. A strategy with per-row state of its own extends this (super().admit first)."""
+        rows = slice(lo, hi)
+        self._keep_features(state, hidden, layer_hidden, positions, rows)
+        # the prompt's cache entries are the prefill's (other kernels than a decode step's): propose() never re-feeds
+        # them, so that a self-draft's cache stays bit-identical to the target's (batch-invariant kernels)
+        plens = state.prompt_lengths[rows]
+        self.floor[rows, 0] = torch.tensor(plens, device=self.device)
+        first = 1 if self.pass_hidden_states_to_model else 0  # x_0 has no feature before it
         if not self.owns_kv_cache:
             return
-        if hasattr(self.runner, "begin_batch"):  # a multimodal draft sees the images too
-            self.runner.begin_batch([state.tokens[i, :n].tolist() for i, n in enumerate(state.prompt_lengths)],
-                                    state.mm_inputs)
-        p = max(state.prompt_lengths)
-        if p > first:  # right-padded prompts: slots past a row's prompt get garbage that is overwritten later
-            positions = torch.arange(first, p, device=self.device).expand(b, p - first)
-            self.draft_forward(state.tokens[:, first:p], positions, self._features_before(positions), attn_len=p)
-        self.seen = [max(n, first) for n in state.prompt_lengths]
-        self.k_now = self.k  # the heuristic schedule starts each batch at k (transformers' "heuristic_transient")
+        n, p = hi - lo, max(plens)
+        with self.draft_rows(state, lo, hi):
+            if hasattr(self.runner, "begin_batch"):  # a multimodal draft sees the images too
+                self.runner.begin_batch([state.tokens[lo + i, :m].tolist() for i, m in enumerate(plens)],
+                                        state.mm_inputs)
+            if p > first:  # right-padded prompts: slots past a row's prompt get garbage that is overwritten later
+                at = torch.arange(first, p, device=self.device).expand(n, p - first)
+                self.draft_forward(state.tokens[rows, first:p], at, self._features_before(at, rows), attn_len=p)
+        self.seen[rows] = [max(m, first) for m in plens]
+
+    @contextmanager
+    def draft_rows(self, state: DecodeState, lo: int, hi: int) -> Iterator[None]:
+        """owns_kv_cache: within the block the draft's cache holds rows lo..hi-1 only (as its rows 0..), for admit()'s
+        forward (the narrow() of draft_cache()); nothing to do when they are the whole batch."""
+        if (lo, hi) == (0, state.batch_size):
+            yield
+            return
+        with self.draft_cache().narrow(lo, hi):
+            yield
+
+    def draft_cache(self) -> Any:
+        """owns_kv_cache: what holds the draft's cache and narrows it (draft_rows): the runner, unless overridden."""
+        return self.runner
 
     def step_limit(self, state: DecodeState) -> int:
         """The most this step may draft: k, capped by k_by_batch_size for the active rows and by the heuristic's K."""
@@ -393,7 +430,6 @@ class Proposer(ABC):
     def _propose(self, state: DecodeState, k: int) -> Draft:
         """The draft of one step, at most k deep for a chain drafter (parallel and lookup draft self.k; propose cuts)."""
         bsz = state.batch_size
-        self._keep_features(state)
         if self.drafting == "lookup":
             drafted = self.lookup(state)
             return drafted if isinstance(drafted, Draft) else Draft(tokens=drafted)
@@ -465,6 +501,9 @@ class Proposer(ABC):
     def commit(self, state: DecodeState, verdict: Verdict, accepted: list[int], old_lengths: list[int]) -> None:
         """Hear what the target accepted. `state` is already committed; `accepted` (= verdict.accepted on the
         host) and `old_lengths` (the lengths before this step) are per row. Finished rows keep their length."""
+        # the verify forward's features, kept here rather than at the next propose(): a row admitted in between
+        # (continuous batching) must not get its slot's previous request's features
+        self._keep_features(state, state.target_hidden, state.target_layer_hidden, state.target_positions)
         if not self.owns_kv_cache or self.drafting != "chain":
             return
         # the draft wrote d_1..d_{K-1} after the catch-up: valid up to the first rejected one, never past a row's
@@ -492,24 +531,26 @@ class Proposer(ABC):
         self.draft_forwards += 1
         return self.draft_forward(*args, **kwargs)
 
-    def _keep_features(self, state: DecodeState) -> None:
-        """pass_hidden_states_to_model: store the last target forward's features at their positions (prefill: the
-        prompt; verify: the pending token and the drafts, those past a row's prefix overwritten before read)."""
+    def _keep_features(self, state: DecodeState, hidden: torch.Tensor | None, layer_hidden: list[torch.Tensor] | None,
+                       positions: torch.Tensor | None, rows: slice = slice(None)) -> None:
+        """pass_hidden_states_to_model: store a target forward's features of rows `rows` at their positions (a
+        prefill: the prompts; a verify: the pending token and the drafts, those past a row's prefix overwritten
+        before read)."""
         if not self.pass_hidden_states_to_model or self.drafting == "lookup":  # a lookup reads DecodeState itself
             return
-        assert state.target_positions is not None
-        f = self.target_features(state.target_hidden, state.target_layer_hidden)  # [B, T, H]
+        assert positions is not None
+        f = self.target_features(hidden, layer_hidden)  # [rows, T, H]
         if self.features is None:
             self.features = torch.zeros((state.batch_size, state.max_len, f.shape[-1]), device=f.device, dtype=f.dtype)
-        self.features.scatter_(1, state.target_positions[..., None].expand(-1, -1, f.shape[-1]), f)
+        self.features[rows].scatter_(1, positions[..., None].expand(-1, -1, f.shape[-1]), f)
 
-    def _features_before(self, positions: torch.Tensor) -> torch.Tensor | None:
-        """[B, T, H] the target's feature at p-1 for each token position p (None unless hidden-state drafting)."""
+    def _features_before(self, positions: torch.Tensor, rows: slice = slice(None)) -> torch.Tensor | None:
+        """[rows, T, H] the target's feature at p-1 for each token position p (None unless hidden-state drafting)."""
         if not self.pass_hidden_states_to_model:
             return None
         assert self.features is not None
         before = (positions - 1).clamp(min=0)
-        return self.features.gather(1, before[..., None].expand(-1, -1, self.features.shape[-1]))
+        return self.features[rows].gather(1, before[..., None].expand(-1, -1, self.features.shape[-1]))
 
     def _confidence(self, logits: torch.Tensor, tokens: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
         """[B, N] the draft's probability of its own picks tokens [B, N]: q(d) when it sampled (probs [B, N, V]),

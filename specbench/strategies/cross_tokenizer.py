@@ -202,14 +202,25 @@ class CrossTokenizerProposer(DraftModelProposer):
         self.capacity = 0  # draft cache slots per row
 
     # -- the loop ----------------------------------------------------------------------------------------------
-    def start(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
-        super().start(state, prefill_hidden)
-        self.host = [row[:n] for row, n in zip(state.tokens[:, : max(state.lengths_host)].tolist(), state.lengths_host)]
-        self.rows = [_Row(head=list(self.prefix)) for _ in self.host]
+    def begin(self, state: DecodeState) -> None:
+        super().begin(state)
+        self.host = [[] for _ in range(state.batch_size)]
+        self.rows = [_Row(head=list(self.prefix)) for _ in range(state.batch_size)]
+        self.capacity = 0
+
+    def admit(self, state: DecodeState, lo: int, hi: int, *prefill: Any) -> None:
+        super().admit(state, lo, hi, *prefill)
+        host = state.tokens[lo:hi, : max(state.lengths_host[lo:hi])].tolist()
+        for b, row in zip(range(lo, hi), host):
+            self.host[b] = row[: state.lengths_host[b]]
+            self.rows[b] = _Row(head=list(self.prefix))  # nothing cached: its first lookup feeds it from position 0
         # the draft's sequences may be longer than the target's (a finer tokenizer): room for 2x the new tokens, grown
         # (and re-fed from scratch) if a row ever needs more
-        prompt = max(len(self.prefix) + len(encode(self.draft_tok, decode(self.target_tok, h))) for h in self.host)
-        self._allocate(prompt + 2 * (state.max_len - max(state.prompt_lengths)) + self.k + 1)
+        prompt = max(len(self.prefix) + len(encode(self.draft_tok, decode(self.target_tok, h)))
+                     for h in self.host[lo:hi])
+        need = prompt + 2 * (state.max_len - max(state.prompt_lengths[lo:hi])) + self.k + 1
+        if need > self.capacity:
+            self._allocate(need)
 
     def lookup(self, state: DecodeState) -> Draft:
         bsz, k = state.batch_size, self.k

@@ -30,7 +30,8 @@ the weights' header are read, and checked against the target's known sizes, befo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -166,6 +167,17 @@ class EagleHead(nn.Module):
             return hidden
         assert layer_hidden, "fuse_layers needs the target's layer outputs (hidden_layers())"
         return self.fuse(torch.cat(layer_hidden, dim=-1))
+
+    @contextmanager
+    def narrow(self, lo: int, hi: int) -> Iterator[EagleHead]:
+        """Within the block the cache holds rows lo..hi-1 only (views), as DecoderRunner.narrow."""
+        saved = self.k_cache, self.v_cache
+        assert saved[0] is not None, "call allocate() first"
+        self.k_cache, self.v_cache = saved[0][lo:hi], saved[1][lo:hi]
+        try:
+            yield self
+        finally:
+            self.k_cache, self.v_cache = saved
 
     def allocate(self, batch_size: int, max_len: int, device: torch.device, dtype: torch.dtype) -> None:
         shape = (batch_size, self.cfg.num_kv_heads, max_len, self.cfg.head_dim)
@@ -334,6 +346,9 @@ class EagleProposer(HeadCheckpoint, Proposer):
 
     def allocate(self, batch_size: int, max_len: int) -> None:
         self.head.allocate(batch_size, max_len, self.device, self.head.dtype)
+
+    def draft_cache(self) -> EagleHead:
+        return self.head
 
     def draft_forward(self, tokens: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor | None,
                       attn_len: int, slots: torch.Tensor | None = None,

@@ -155,12 +155,16 @@ class NgramProposer(Proposer):
             raise ConfigError(f"strategy.max_n={max_n!r} with strategy.min_n={min_n!r} for strategy 'ngram'; "
                               f"allowed: an integer >= min_n (the longest suffix n-gram to look up)")
 
-    def start(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
-        super().start(state, prefill_hidden)
+    def begin(self, state: DecodeState) -> None:
+        super().begin(state)
         self.host = np.zeros((state.batch_size, state.max_len), dtype=np.int64)
-        p = max(state.lengths_host)
-        self.host[:, :p] = state.tokens[:, :p].cpu().numpy()  # prompts and the first token, once per batch
-        self.host_lengths = np.array(state.lengths_host, dtype=np.int64)
+        self.host_lengths = np.zeros(state.batch_size, dtype=np.int64)
+
+    def admit(self, state: DecodeState, lo: int, hi: int, *prefill: Any) -> None:
+        super().admit(state, lo, hi, *prefill)
+        p = max(state.lengths_host[lo:hi])
+        self.host[lo:hi, :p] = state.tokens[lo:hi, :p].cpu().numpy()  # prompts and the first token, once per row
+        self.host_lengths[lo:hi] = state.lengths_host[lo:hi]
 
     def lookup(self, state: DecodeState) -> torch.Tensor | Draft:
         if self.tree == "topk" and self.top_k > 1:

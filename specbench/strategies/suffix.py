@@ -209,6 +209,7 @@ class SuffixProposer(Proposer):
     """Drafts from suffix tries over the request and the run's earlier outputs; see the module docstring."""
 
     drafting = "lookup"
+    reads_other_requests = True  # the global trie holds finished requests' outputs
 
     def __init__(self, ctx: BuildContext, k: int, name: str = "suffix", max_depth: int = 24, max_match: int = 16,
                  max_spec_factor: float = 1.0, min_token_prob: float = 0.1, max_cached_requests: int = 1000,
@@ -288,21 +289,30 @@ class SuffixProposer(Proposer):
                               f"tree from counts, tree=dynamic)")
 
     # -- the batch -------------------------------------------------------------------------------------------
-    def start(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
-        super().start(state, prefill_hidden)
-        host = state.tokens[:, : max(state.lengths_host)].cpu().tolist()  # prompts and the first token, once
-        self.seqs = [row[:n] for row, n in zip(host, state.lengths_host)]
-        self.prompt_lengths = list(state.prompt_lengths)
-        self.tries, self.local = [], []
-        for seq in self.seqs:
+    def begin(self, state: DecodeState) -> None:
+        super().begin(state)
+        b = state.batch_size
+        self.seqs, self.prompt_lengths = [[] for _ in range(b)], [0] * b
+        self.tries = [SuffixTrie(self.max_depth) for _ in range(b)]
+        self.local, self.shared, self.running = [[] for _ in range(b)], [[] for _ in range(b)], [False] * b
+
+    def admit(self, state: DecodeState, lo: int, hi: int, *prefill: Any) -> None:
+        super().admit(state, lo, hi, *prefill)
+        # continuous batching: a request that ended at its first token was not seen to finish (commit() was not
+        # called): its output goes to the global trie before its row takes the next request
+        self._finish([on and not lo <= b < hi for b, on in enumerate(self.running)])
+        host = state.tokens[lo:hi, : max(state.lengths_host[lo:hi])].cpu().tolist()  # prompts and the first token
+        for b, row in zip(range(lo, hi), host):
+            self.seqs[b] = row[: state.lengths_host[b]]
+            self.prompt_lengths[b] = state.prompt_lengths[b]
             trie, active = SuffixTrie(self.max_depth), []
-            for token in seq:
+            for token in self.seqs[b]:
                 active = trie.extend(active, token)
-            self.tries.append(trie)
-            self.local.append(active)
-        self.shared = [self.global_trie.suffix_nodes(seq, self.max_match) for seq in self.seqs]
-        self.running = [True] * state.batch_size
-        self._finish(state.active.tolist())
+            self.tries[b], self.local[b] = trie, active
+            self.shared[b] = self.global_trie.suffix_nodes(self.seqs[b], self.max_match)
+            self.running[b] = True
+        # a row that ended at its first token gives it to the global trie
+        self._finish(state.active.tolist() if state.active_host is None else list(state.active_host))
 
     def lookup(self, state: DecodeState) -> torch.Tensor | Draft:
         tree = self.tree == "dynamic"

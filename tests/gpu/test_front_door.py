@@ -177,6 +177,36 @@ def test_dynamic_trees_are_exact_8b(tmp_path: Path):
         assert al == 4.0 if r["config"]["strategy"]["top_k"] == 1 else al >= 2.0, (r["config"]["strategy"], al)
 
 
+def test_continuous_batching_is_exact_8b(tmp_path: Path):
+    """engine.scheduler=continuous: 12 prompts over 4 slots, rows ending at a stop token (the commonest token of
+    target-only decoding's outputs) at different steps. Each request is prefilled alone and decoded on the
+    batch-invariant kernels, so every output, the baseline's and the strategy's, equals static batch-1 decoding cut
+    at that token; a self-draft accepts everything at T=0 and T=1; no graph is captured while timing."""
+    alone = run(_cfg(*COMMON, *PAIR_8B, "strategy=draft_model", "strategy.k=3", f"output_dir={tmp_path / 'b1'}"))
+    full = [o["baseline_output_token_ids"] for o in alone.outputs]
+    assert [o["output_token_ids"] for o in alone.outputs] == full
+    counts: dict[int, int] = {}
+    for out in full:
+        for t in set(out[1:-2]):
+            counts[t] = counts.get(t, 0) + 1
+    stop = max(counts, key=counts.get)
+    expected = [out[: out.index(stop) + 1] if stop in out else out for out in full]
+    assert len({len(e) for e in expected}) > 1, "the stop token should end the prompts at different lengths"
+    results = _sweep(tmp_path, "logger=none", "dataset=builtin", "max_new_tokens=32", "target=qwen3-8b-random",
+                     "strategy=draft_model", "strategy.k=3", "engine.scheduler=continuous", "engine.batch_size=4",
+                     f"engine.stop_token_ids=[{stop}]", "draft=qwen3-0.6b-random,self", "sampling.temperature=0,1")
+    jobs = sorted((tmp_path / "multirun").glob("*/outputs.jsonl"))  # the order of _sweep's results
+    assert len(results) == len(jobs) == 4
+    for r, job in zip(results, jobs):
+        assert r["run"]["scheduler"] == "continuous" and r["run"]["graph_captures_while_timing"] == 0, r["run"]
+        outputs = [json.loads(line) for line in job.read_text().splitlines()]
+        if r["run"]["temperature"] == 0:
+            assert [o["baseline_output_token_ids"] for o in outputs] == expected
+            assert [o["output_token_ids"] for o in outputs] == expected
+        if r["config"]["draft"]["name"] == "self":
+            assert r["strategy"]["acceptance_length"] == 4.0, r["strategy"]["acceptance_length"]
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="tensor parallelism needs 2 GPUs (nvidia-h200-x2)")
 def test_tensor_parallel_2_self_draft_is_exact_8b(tmp_path: Path):
     """engine.tensor_parallel=2 through the CLI: the ranks start themselves (NCCL, cuda:0 and cuda:1), the graphs

@@ -46,3 +46,15 @@ def test_trees_on_a_vlm_target_run_on_the_fast_path_and_are_refused_on_the_refer
     assert results["exact_match"]["all_equal"] and results["strategy"]["acceptance_length"] == 3.0
     with pytest.raises(ConfigError, match=r"strategy.tree=topk with target .*tiny-qwen3-vl.*allowed: strategy.tree=chain"):
         run(_cfg(*DEMO, *tree, "engine.backend=transformers", f"+output_dir={tmp_path / 'reference'}"))
+
+
+def test_continuous_batching_refuses_images_and_vision_language_models(tmp_path: Path):
+    """A VLM's images and M-RoPE positions are set per batch: engine.scheduler=continuous is refused, early for
+    prompts with images (plan), and for a VLM target or draft on text prompts (before any decoding)."""
+    with pytest.raises(ConfigError, match=r"engine.scheduler=continuous with prompts that carry images \(dataset "
+                                          r"'images'\); allowed: engine.scheduler=static"):
+        run(_cfg(*DEMO, "target=tiny-qwen2.5-vl", "engine.scheduler=continuous", f"+output_dir={tmp_path / 'a'}"))
+    text = ["dataset=builtin", "dataset.num_prompts=2", "engine.scheduler=continuous", "strategy=draft_model",
+            "max_new_tokens=4", "logger=none"]
+    with pytest.raises(ConfigError, match=r"continuous with a vision-language target and draft \(tiny-qwen3-vl\)"):
+        run(_cfg(*text, "target=tiny-qwen3-vl", "draft=self", f"+output_dir={tmp_path / 'b'}"))

@@ -125,28 +125,82 @@ def test_greedy_output_equals_plain_greedy_decoding(strategy, extra, target, bat
         assert 1 < al < k + 1, f"the draft {TARGETS[target]} should be accepted partly (AL {al}, k {k})"
 
 
+@pytest.mark.parametrize("strategy, extra", VARIANTS)
+def test_continuous_batching_output_equals_plain_greedy_decoding(strategy, extra, tmp_path):
+    """engine.scheduler=continuous: 5 prompts through 2 slots, rows ending at a stop token at different steps, so a
+    finished row's slot takes the next prompt while the other row decodes: each output is the reference cut at its
+    first stop token, and each prompt's drafts are accepted as in static batch-1 decoding (the draft's state, its
+    cache or lookup tables, follows the slot)."""
+    target = "tiny-qwen3"
+    prompts = [tuple(o["prompt_token_ids"]) for o in _run("none", target, tmp_path / "ids").outputs]
+    reference = [_plain_greedy(target, p, MAX_NEW)[0] for p in prompts]
+    # a stop token that ends some references early and others not at all: rows finish at different steps
+    counts = np.bincount([t for ref in reference for t in set(ref[1 : MAX_NEW - 2])])
+    stop = int(counts.argmax())
+    expected = [ref[: ref.index(stop) + 1] if stop in ref else ref for ref in reference]
+    assert len({len(e) for e in expected}) > 1, "the stop token should end the prompts at different lengths"
+    needs_draft = _strategy_class(strategy).needs_draft_model
+    settings = [f"engine.stop_token_ids=[{stop}]", *_settings(extra),
+                *([f"draft={TARGETS[target]}"] if needs_draft else [])]
+    report = _run(strategy, target, tmp_path / "cb", "engine.batch_size=2", "engine.scheduler=continuous", *settings)
+    assert [o["output_token_ids"] for o in report.outputs] == expected
+    assert report.results["run"]["scheduler"] == "continuous"
+    if _strategy_class(strategy).reads_other_requests:  # its acceptance depends on the order requests finish
+        return
+    alone = _run(strategy, target, tmp_path / "b1", "engine.batch_size=1", *settings)
+    counts = lambda r: [(o["metrics"]["drafts"], o["metrics"]["accepted_tokens"]) for o in r.outputs]  # noqa: E731
+    assert counts(report) == counts(alone)
+
+
 # --- b) a self-draft accepts everything -------------------------------------------------------------
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("strategy, extra", [v for v in VARIANTS if _strategy_class(v.values[0]).needs_draft_model])
 def test_a_self_draft_accepts_every_token(strategy, extra, temperature, tmp_path):
+    target = "tiny-qwen3"
+    report = _run(strategy, target, tmp_path, "draft=self", "engine.batch_size=4",
+                  *_settings(_self_draft_tree(extra, temperature)), f"sampling.temperature={temperature}")
+    _assert_self_draft(report, target, temperature)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("strategy, extra", [v for v in VARIANTS if _strategy_class(v.values[0]).needs_draft_model])
+def test_a_self_draft_accepts_every_token_under_continuous_batching(strategy, extra, temperature, tmp_path):
+    """The draft's cache rows follow their slots: 5 prompts over 2 slots, rows ending at different steps (stop
+    tokens: at T = 0 the commonest of target-only decoding's outputs; at T = 1 every 7th id of the 101), a
+    self-draft still accepts everything."""
+    target = "tiny-qwen3"
+    settings = _settings(_self_draft_tree(extra, temperature))
+    stops = list(range(0, 101, 7))
+    if temperature == 0:
+        ids = [o["output_token_ids"] for o in _run("none", target, tmp_path / "ids").outputs]
+        stops = [int(np.bincount([t for out in ids for t in set(out[1:-2])]).argmax())]
+    report = _run(strategy, target, tmp_path / "cb", "draft=self", "engine.batch_size=2", "engine.scheduler=continuous",
+                  f"engine.stop_token_ids={stops}", *settings, f"sampling.temperature={temperature}")
+    assert len({len(o["output_token_ids"]) for o in report.outputs}) > 1, "rows should end at different steps"
+    _assert_self_draft(report, target, temperature, set(stops))
+
+
+def _self_draft_tree(extra: dict, temperature: float) -> dict:
     """A static or dynamic tree's nodes are deterministic picks (one-hot drafts): a self-draft's are all accepted
     only at T = 0, and then its top-1 path is the greedy chain (dynamic: one wide, so that it is drafted whole)."""
-    target = "tiny-qwen3"
     if extra.get("tree") in ("dynamic", "static"):
         if temperature > 0:
             pytest.skip("a static or dynamic tree drafts one-hot picks: at T > 0 the target may reject its own argmax")
         if extra["tree"] == "dynamic":
-            extra = {**extra, "top_k": 1, "num_nodes": 3}
-    report = _run(strategy, target, tmp_path, "draft=self", "engine.batch_size=4", *_settings(extra),
-                  f"sampling.temperature={temperature}")
+            return {**extra, "top_k": 1, "num_nodes": 3}
+    return extra
+
+
+def _assert_self_draft(report: Report, target: str, temperature: float, stops: set[int] = frozenset()) -> None:
     k, summary = report.results["run"]["k"], report.results["strategy"]
     assert k >= 1 and summary["acceptance_length"] == k + 1, summary
-    assert all(o["metrics"]["acceptance_length"] == k + 1 for o in report.outputs)
+    assert all(o["metrics"]["acceptance_length"] == k + 1 for o in report.outputs if o["metrics"]["drafts"])
     if temperature == 0:
-        assert [o["output_token_ids"] for o in report.outputs] == [
-            _plain_greedy(target, tuple(o["prompt_token_ids"]), MAX_NEW)[0] for o in report.outputs]
+        expected = [_plain_greedy(target, tuple(o["prompt_token_ids"]), MAX_NEW)[0] for o in report.outputs]
+        expected = [ref[: next((i + 1 for i, t in enumerate(ref) if t in stops), len(ref))] for ref in expected]
+        assert [o["output_token_ids"] for o in report.outputs] == expected
 
 
 # --- c) T > 0: the emitted tokens follow the target's distribution -------------------------------------

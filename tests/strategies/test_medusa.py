@@ -62,7 +62,8 @@ def test_missing_checkpoint_is_a_config_error(tmp_path):
 
 
 def test_reads_the_hidden_state_at_the_last_committed_position(llama, tmp_path):
-    """After a verify over positions L_old-1.., the heads read the column of position L-2 of each row."""
+    """After a verify over positions L_old-1.. (commit() keeps its features), the heads read the column of position
+    L-2 of each row."""
     proposer = MedusaProposer(_ctx(llama), k=3, checkpoint=_checkpoint(llama, tmp_path))
     bsz, t, h = 2, 4, 48
     hidden = torch.randn(bsz, t, h)
@@ -71,6 +72,7 @@ def test_reads_the_hidden_state_at_the_last_committed_position(llama, tmp_path):
     state = DecodeState(tokens=torch.zeros(bsz, 20, dtype=torch.long), lengths=lengths, lengths_host=lengths.tolist(),
                         prompt_lengths=[3, 3], active=torch.ones(bsz, dtype=torch.bool), max_len=20,
                         target_hidden=hidden, target_positions=positions)
+    proposer.commit(state, None, accepted=[1, 0], old_lengths=[7, 4])
     draft = proposer.propose(state)
     expected = proposer.heads(torch.stack([hidden[0, 1], hidden[1, 0]]), 3).argmax(-1)
     assert draft.tokens.shape == (bsz, 3) and draft.probs is None
