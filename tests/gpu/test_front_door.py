@@ -178,10 +178,12 @@ def test_dynamic_trees_are_exact_8b(tmp_path: Path):
 
 
 def test_continuous_batching_is_exact_8b(tmp_path: Path):
-    """engine.scheduler=continuous: 12 prompts over 4 slots, rows ending at a stop token (the commonest token of
+    """engine.scheduler=continuous: 10 prompts over 4 slots, rows ending at a stop token (the commonest token of
     target-only decoding's outputs) at different steps. Each request is prefilled alone and decoded on the
     batch-invariant kernels, so every output, the baseline's and the strategy's, equals static batch-1 decoding cut
-    at that token; a self-draft accepts everything at T=0 and T=1; no graph is captured while timing."""
+    at that token; a self-draft accepts everything at T=0 and T=1; no graph is captured while timing. Every job runs
+    in this process: the invariant GEMMs' launch configurations are tuned by timing, once per process
+    (kernels/skinny_gemm.py), so two processes may round differently; one process must not."""
     alone = run(_cfg(*COMMON, *PAIR_8B, "strategy=draft_model", "strategy.k=3", f"output_dir={tmp_path / 'b1'}"))
     full = [o["baseline_output_token_ids"] for o in alone.outputs]
     assert [o["output_token_ids"] for o in alone.outputs] == full
@@ -192,19 +194,20 @@ def test_continuous_batching_is_exact_8b(tmp_path: Path):
     stop = max(counts, key=counts.get)
     expected = [out[: out.index(stop) + 1] if stop in out else out for out in full]
     assert len({len(e) for e in expected}) > 1, "the stop token should end the prompts at different lengths"
-    results = _sweep(tmp_path, "logger=none", "dataset=builtin", "max_new_tokens=32", "target=qwen3-8b-random",
+    for draft, temperature in (("qwen3-0.6b-random", 0), ("self", 0), ("self", 1)):
+        r = run(_cfg("logger=none", "dataset=builtin", "max_new_tokens=32", "target=qwen3-8b-random", f"draft={draft}",
                      "strategy=draft_model", "strategy.k=3", "engine.scheduler=continuous", "engine.batch_size=4",
-                     f"engine.stop_token_ids=[{stop}]", "draft=qwen3-0.6b-random,self", "sampling.temperature=0,1")
-    jobs = sorted((tmp_path / "multirun").glob("*/outputs.jsonl"))  # the order of _sweep's results
-    assert len(results) == len(jobs) == 4
-    for r, job in zip(results, jobs):
-        assert r["run"]["scheduler"] == "continuous" and r["run"]["graph_captures_while_timing"] == 0, r["run"]
-        outputs = [json.loads(line) for line in job.read_text().splitlines()]
-        if r["run"]["temperature"] == 0:
-            assert [o["baseline_output_token_ids"] for o in outputs] == expected
-            assert [o["output_token_ids"] for o in outputs] == expected
-        if r["config"]["draft"]["name"] == "self":
-            assert r["strategy"]["acceptance_length"] == 4.0, r["strategy"]["acceptance_length"]
+                     f"engine.stop_token_ids=[{stop}]", f"sampling.temperature={temperature}",
+                     f"output_dir={tmp_path / f'{draft}-{temperature}'}"))
+        run_ = r.results["run"]
+        assert run_["scheduler"] == "continuous" and run_["graph_captures_while_timing"] == 0, run_
+        if temperature == 0:
+            for key in ("baseline_output_token_ids", "output_token_ids"):
+                bad = [(i, e, o[key]) for i, (e, o) in enumerate(zip(expected, r.outputs)) if o[key] != e]
+                assert not bad, (draft, key, stop, bad[:2])
+        if draft == "self":
+            al = r.results["strategy"]["acceptance_length"]
+            assert al == 4.0, (temperature, al)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="tensor parallelism needs 2 GPUs (nvidia-h200-x2)")
