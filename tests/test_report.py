@@ -246,3 +246,22 @@ def test_plot_series_name_only_the_settings_that_tell_a_strategys_jobs_apart():
             job("ngram", "min_n=1 max_n=3"), job("ngram", "min_n=1 max_n=3"), job("suffix", "max_depth=8 tree=None")]
     series = sorted(_grouped(jobs)[("mt-bench", 0.0)])
     assert series == ["eagle (top_k=1 tree=chain)", "eagle (top_k=4 tree=dynamic)", "ngram", "suffix"]
+
+
+def test_a_row_holds_the_scheduler_and_the_whole_run_figures():
+    """Continuous batching's figures reach the report: the scheduler, whole-run tok/s, ITL p50/p99, whole-batch
+    speedup; a results.json written before the scheduler existed reads as static, its missing figures as None."""
+    from specbench.report import TIMING_COLUMNS, job_row
+
+    r = fake_results("fake_skip", 3, 0.0, 2.5, 1.4)
+    r["run"]["scheduler"] = "continuous"
+    r["speedup"]["whole_batch"] = 1.25
+    for side, tps, itl in (("baseline", 100.0, (5.0, 9.0)), ("strategy", 125.0, (12.0, 30.0))):
+        r[side]["output_tokens_per_s_overall"] = tps
+        r[side]["itl_ms"] = {"mean": itl[0], "median": itl[0], "p90": itl[1], "p99": itl[1], "n": 40}
+    row = job_row(r, "job")
+    assert (row["scheduler"], row["speedup_whole_batch"], row["tokens_per_s_baseline"], row["tokens_per_s_strategy"],
+            row["itl_baseline_ms_median"], row["itl_strategy_ms_p99"]) == ("continuous", 1.25, 100.0, 125.0, 5.0, 30.0)
+    old = job_row(fake_results("fake_skip", 3, 0.0, 2.5, 1.4), "old")
+    assert old["scheduler"] == "static" and old["itl_strategy_ms_p99"] is None and old["tokens_per_s_strategy"] is None
+    assert {"tokens_per_s_strategy", "itl_strategy_ms_p99", "speedup_whole_batch"} <= set(TIMING_COLUMNS)
