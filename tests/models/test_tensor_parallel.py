@@ -79,16 +79,19 @@ def _cfg(*overrides: str):
         return compose(config_name="config", overrides=list(overrides))
 
 
-def test_the_cli_starts_its_ranks_and_speculation_equals_target_only_at_tp_2(tmp_path: Path):
+@pytest.mark.parametrize("scheduler", ["static", "continuous"])
+def test_the_cli_starts_its_ranks_and_speculation_equals_target_only_at_tp_2(tmp_path: Path, scheduler: str):
     """engine.tensor_parallel=2 on the CPU: run() starts rank 1 itself (gloo), rank 0 writes the results; the
     draft (the target itself, replicated and unsplit) drafts for the split target, and T=0 output equals target-only
-    decoding at the same TP on every prompt."""
+    decoding at the same TP on every prompt. Continuous batching (5 prompts over 2 slots): every rank admits the same
+    request into the same row, its prefill narrowed to that row's cache rows on each rank."""
+    n = 4 if scheduler == "static" else 5
     report = run(_cfg("target=tiny-qwen3-tp", "strategy=draft_model", "draft=self", "strategy.k=3", "dataset=builtin",
-                      "dataset.num_prompts=4", "max_new_tokens=10", "engine.batch_size=2", "logger=none",
-                      "engine.tensor_parallel=2", f"+output_dir={tmp_path}"))
+                      f"dataset.num_prompts={n}", "max_new_tokens=10", "engine.batch_size=2", "logger=none",
+                      "engine.tensor_parallel=2", f"engine.scheduler={scheduler}", f"+output_dir={tmp_path}"))
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["run"]["tensor_parallel"] == 2
-    assert results["exact_match"]["all_equal"] and results["exact_match"]["n"] == 4
+    assert results["run"]["tensor_parallel"] == 2 and results["run"]["scheduler"] == scheduler
+    assert results["exact_match"]["all_equal"] and results["exact_match"]["n"] == n
     assert results["strategy"]["acceptance_length"] == 4.0  # a self-draft: the replicated whole target drafts
     assert report.results["exact_match"] == results["exact_match"]
 
