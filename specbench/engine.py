@@ -263,14 +263,15 @@ class Engine:
 
     def _prefill_forward(self, state: DecodeState, lo: int,
                          hi: int) -> tuple[ForwardOutput, torch.Tensor, torch.Tensor]:
-        """Rows lo..hi-1 hold new prompts (state.tokens, prompt_lengths): one target forward over them (the whole
-        batch, or one admitted row narrowed to its cache rows) and their first tokens, written after each prompt on
-        the device. Returns the forward, the first tokens [hi - lo] and the positions [hi - lo, P]."""
+        """Rows lo..hi-1 hold new prompts (state.tokens, prompt_lengths, and on the device lengths = prompt length
+        + 1): one target forward over them (the whole batch, or one admitted row narrowed to its cache rows) and
+        their first tokens, written after each prompt on the device. Returns the forward, the first tokens
+        [hi - lo] and the positions [hi - lo, P]."""
         n, dev = hi - lo, self.device
         plens = state.prompt_lengths[lo:hi]
         p = max(plens)
         positions = torch.arange(p, device=dev).expand(n, p)
-        last = torch.tensor(plens, device=dev)[:, None] - 1  # [n, 1]
+        last = state.lengths[lo:hi, None] - 2  # [n, 1]: each prompt's last position (its first token is not in yet)
         with nullcontext() if (lo, hi) == (0, state.batch_size) else self.target.narrow(lo, hi):
             out = self.target(state.tokens[lo:hi, :p], positions, attn_len=p, logits_at=last,
                               want_hidden=self.want_hidden, hidden_layers=self.hidden_layers)
@@ -290,19 +291,23 @@ class Engine:
         alone ([1, P], narrowed to its cache rows), but a round's prefills are launched back to back: one upload of
         their prompts, one host sync for their first tokens. A request that ends at its first token frees its row
         for another round. Returns the first tokens emitted; the device's lengths and active flags follow."""
-        emitted, dev = 0, self.device
+        emitted = 0
         while queue and not all(active):
             free = [b for b, on in enumerate(active) if not on][: len(queue)]
             reqs = [queue.popleft() for _ in free]
-            width = max(len(prompts[i]) for i in reqs)
-            staged = torch.tensor([prompts[i] + [0] * (width - len(prompts[i])) for i in reqs], device=dev)  # one copy
             start = time.perf_counter() - t0
-            for j, (b, i) in enumerate(zip(free, reqs)):
+            for b, i in zip(free, reqs):
                 p = len(prompts[i])
-                state.tokens[b, :p] = staged[j, :p]
                 slot_of[b], origin[b] = i, start
                 state.prompt_lengths[b], state.lengths_host[b], active[b] = p, p + 1, True
             state.active_host = list(active)
+            # one upload per round: the new prompts and every row's length (the prefills and admit() read them)
+            wide = max(len(state.lengths_host), *(len(prompts[i]) for i in reqs))
+            staged = self._upload([prompts[i] + [0] * (wide - len(prompts[i])) for i in reqs]
+                                  + [state.lengths_host + [0] * (wide - len(state.lengths_host))])
+            state.lengths = staged[-1, : len(active)]
+            for j, (b, i) in enumerate(zip(free, reqs)):
+                state.tokens[b, : len(prompts[i])] = staged[j, : len(prompts[i])]
             firsts = []
             for b in free:
                 out, first, positions = self._prefill_forward(state, b, b + 1)
@@ -313,10 +318,16 @@ class Engine:
             for b, token in zip(free, host):
                 self._first_token(results[slot_of[b]], token, now - origin[b], b, active)
             emitted += len(free)
-        state.lengths = torch.tensor(state.lengths_host, device=dev)
-        state.active = torch.tensor(active, device=dev)
+        flags = self._upload([state.lengths_host, [int(on) for on in active]])
+        state.lengths, state.active = flags[0], flags[1].bool()
         state.active_host = list(active)
         return emitted
+
+    def _upload(self, rows: list[list[int]]) -> torch.Tensor:
+        """[R, W] int64 on the device from equal-length host lists, through pinned memory, without blocking the
+        host (a pageable torch.tensor(list, device=cuda) waits for every queued kernel first)."""
+        host = torch.tensor(rows, dtype=torch.long)
+        return host.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else host
 
     def _verify_tree(self, state: DecodeState, draft, lengths_host: list[int]):
         """2)-3) for a tree: one target forward over [pending, node 0..N-1] (node j at cache slot L+j, RoPE position

@@ -20,7 +20,13 @@ Two entry points:
 
 The launch configuration is chosen per (M bucket, N, K, split allowed) by timing a few candidates
 on the device the first time a shape is seen outside a CUDA-graph capture (one host sync, once);
-inside a capture, an untuned shape uses a heuristic. Reference: `torch.nn.functional.linear`.
+inside a capture, an untuned shape uses a heuristic. For `invariant_linear` the timing may only pick
+among configurations that sum in the same order, so that two processes (a sweep's jobs, a test and
+the CLI) round alike whatever their timings were: the split is a function of (N, K, may_split) and the
+device's SM count (`invariant_split`), and the K loop's `acc += tl.dot(...)` is one chain of 16-deep
+MMA steps in K order whatever BLOCK_K, BLOCK_N, warps and stages are (Triton folds the add into the
+dot's accumulator; tests/gpu checks that every candidate gives the same bits). Reference:
+`torch.nn.functional.linear`.
 """
 
 from __future__ import annotations
@@ -104,6 +110,39 @@ def _splits_for(n: int, k: int, block_n: int, block_k: int, sms: int, may_split:
     return out or [1]
 
 
+def invariant_split(n: int, k: int, sms: int, may_split: bool) -> int:
+    """`invariant_linear`'s split of K: the same for every process on this device kind (never timed), since the
+    split sets the order in which each output's partial sums are added. As many parts (up to 16, each a multiple
+    of 256 columns) as keep 16-row tiles of W under two waves of the SMs."""
+    split = 1
+    while may_split and -(-n // 16) * split < 2 * sms and k % (2 * split * 256) == 0 and split < 16:
+        split *= 2
+    return split
+
+
+def _candidates(n: int, k: int, sms: int, may_split: bool, invariant: bool) -> list[tuple]:
+    """The configurations `_tune` times: any split for the fast path; for the invariant path only
+    `invariant_split`'s, with parts of equal, BLOCK_K-aligned width (so every candidate adds the same partials)."""
+    out = []
+    for block_n, block_k, warps, stages in _CANDIDATES:
+        if k % block_k and block_k > 256:
+            continue
+        if invariant:
+            split = invariant_split(n, k, sms, may_split)
+            if split == 1 or k % (split * block_k) == 0:
+                out.append((block_n, block_k, warps, stages, split))
+        else:
+            splits = _splits_for(n, k, block_n, block_k, sms, may_split)
+            out.extend((block_n, block_k, warps, stages, split) for split in splits)
+    return out
+
+
+def _invariant_default(n: int, k: int, sms: int, may_split: bool) -> tuple:
+    """An untimed invariant configuration (inside a graph capture, in the interpreter, or when no candidate
+    launched): small tiles that fit at every tile height, in `invariant_split`'s order like every timed one."""
+    return (16, 256, 4, 2, invariant_split(n, k, sms, may_split))
+
+
 def _heuristic(n: int, k: int, sms: int, may_split: bool) -> tuple:
     block_n, block_k = 16, 256 if k % 512 else 512
     split = 1
@@ -130,40 +169,41 @@ def _launch(x, w, bias, cfg, may_split, silu=False, block_m=TILE_M):
 
 def _tune(x, w, bias, may_split, silu=False, block_ms: tuple[int, ...] = ()) -> tuple:
     """The fastest candidate on x's rows, among those that also launch at every tile height in `block_ms` (a
-    configuration tuned on 16 rows may need more shared memory than the device has at 64: H200, 2026-12-01)."""
+    configuration tuned on 16 rows may need more shared memory than the device has at 64: H200, 2026-12-01).
+    block_ms given = the invariant path: only candidates that sum in `invariant_split`'s order."""
     n, k = w.shape
     sms = _sms(x.device)
+    invariant = bool(block_ms)
     best, best_ms = None, float("inf")
     torch.cuda.synchronize(x.device)
     tall = x.repeat(-(-max(block_ms, default=1) // x.shape[0]), 1) if block_ms else x
-    for block_n, block_k, warps, stages in _CANDIDATES:
-        if k % block_k and block_k > 256:
-            continue
-        for split in _splits_for(n, k, block_n, block_k, sms, may_split and bias is None):
-            cfg = (block_n, block_k, warps, stages, split)
-            try:
-                for block_m in block_ms:  # raises (OutOfResources) where this tile height does not fit
-                    _launch(tall[:block_m], w, bias, cfg, may_split, silu, block_m=block_m)
-                for _ in range(3):  # compile, then time 10 launches inside a graph (launch overhead out)
+    for cfg in _candidates(n, k, sms, may_split and bias is None, invariant):
+        try:
+            for block_m in block_ms:  # raises (OutOfResources) where this tile height does not fit
+                _launch(tall[:block_m], w, bias, cfg, may_split, silu, block_m=block_m)
+            for _ in range(3):  # compile, then time 10 launches inside a graph (launch overhead out)
+                _launch(x, w, bias, cfg, may_split, silu)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(10):
                     _launch(x, w, bias, cfg, may_split, silu)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    for _ in range(10):
-                        _launch(x, w, bias, cfg, may_split, silu)
+            graph.replay()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(5):
                 graph.replay()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(5):
-                    graph.replay()
-                end.record()
-                end.synchronize()
-                ms = start.elapsed_time(end) / 50
-                del graph
-            except Exception:  # noqa: BLE001 - a config that does not compile (shared memory) is skipped
-                continue
-            if ms < best_ms:
-                best, best_ms = cfg, ms
-    return best or _heuristic(n, k, sms, may_split)
+            end.record()
+            end.synchronize()
+            ms = start.elapsed_time(end) / 50
+            del graph
+        except Exception:  # noqa: BLE001 - a config that does not compile (shared memory) is skipped
+            continue
+        if ms < best_ms:
+            best, best_ms = cfg, ms
+    if best is None:
+        untimed = _invariant_default if invariant else _heuristic
+        return untimed(n, k, sms, may_split and bias is None if invariant else may_split)
+    return best
 
 
 def usable(x: torch.Tensor, w: torch.Tensor, max_m: int | None = MAX_M) -> bool:
@@ -176,7 +216,7 @@ def usable(x: torch.Tensor, w: torch.Tensor, max_m: int | None = MAX_M) -> bool:
 
 def _config(key: tuple, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, silu: bool) -> tuple:
     """The launch configuration for `key`, tuned on the device the first time it is seen outside a
-    CUDA-graph capture (a heuristic inside one, or in the interpreter), then fixed for the process."""
+    CUDA-graph capture (an untimed one inside a capture or in the interpreter), then fixed for the process."""
     cfg = _TUNED.get(key)
     if cfg is None:
         may_split = key[3]
@@ -184,7 +224,8 @@ def _config(key: tuple, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | N
         if x.device.type == "cuda" and not capturing and not _INTERPRETED:
             cfg = _agree(_tune(x, w, bias, may_split, silu, INVARIANT_BLOCK_MS if key[0] == "inv" else ()), x.device)
         else:
-            cfg = _heuristic(w.shape[0], w.shape[1], _sms(x.device), may_split)
+            untimed = _invariant_default if key[0] == "inv" else _heuristic
+            cfg = untimed(w.shape[0], w.shape[1], _sms(x.device), may_split)
         _TUNED[key] = cfg
     return cfg
 

@@ -364,7 +364,7 @@ class Proposer(ABC):
         # the prompt's cache entries are the prefill's (other kernels than a decode step's): propose() never re-feeds
         # them, so that a self-draft's cache stays bit-identical to the target's (batch-invariant kernels)
         plens = state.prompt_lengths[rows]
-        self.floor[rows, 0] = torch.tensor(plens, device=self.device)
+        self.floor[rows, 0] = state.lengths[rows] - 1  # the prompt length, already on the device (no host copy)
         first = 1 if self.pass_hidden_states_to_model else 0  # x_0 has no feature before it
         if not self.owns_kv_cache:
             return

@@ -134,3 +134,45 @@ def test_tree_node_attention_is_its_chains_bit_for_bit():
             alone = decode.decode_attention(q[b : b + 1, col : col + 1].contiguous(), kb, vb, pos, d**-0.5, block_n=32,
                                             invariant=True)
             assert torch.equal(alone[0, 0], out[b, col]), f"row {b} node column {col} differs from its chain"
+
+
+# Qwen3-8B's products (N, K, may_split): the split ones feed add_rmsnorm
+SHAPES_8B = [(6144, 4096, False), (4096, 4096, True), (4096, 12288, True), (24576, 4096, False)]
+
+
+@pytest.mark.parametrize("n,k,may_split", SHAPES_8B + [(1024, 2048, True), (1536, 1536, True)])
+def test_invariant_candidates_share_one_summation_order(n, k, may_split):
+    """Timing picks among these, so they must all add the same partials: one split, `invariant_split`'s (a function
+    of the shape and the SM count only), in parts of equal width that each candidate's BLOCK_K divides."""
+    for sms in (78, 132):
+        split = skinny_gemm.invariant_split(n, k, sms, may_split)
+        cands = skinny_gemm._candidates(n, k, sms, may_split, invariant=True)
+        assert cands and {c[4] for c in cands} == {split}
+        assert all(split == 1 or k % (split * c[1]) == 0 for c in cands)
+        assert skinny_gemm._invariant_default(n, k, sms, may_split)[4] == split
+        assert may_split or split == 1
+    assert skinny_gemm.invariant_split(4096, 4096, 132, True) == 2  # 256 tiles of 16 rows: two waves at split 2
+    assert skinny_gemm.invariant_split(1024, 2048, 132, True) == 8  # parts of 256 columns
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="the summation order of compiled MMA chains is what is checked")
+@pytest.mark.parametrize("n,k,may_split", SHAPES_8B)
+def test_every_invariant_candidate_gives_the_same_bits(n, k, may_split):
+    """Two processes may time the candidates differently and pick different ones (a sweep's jobs, a test and the
+    CLI): that must not change one bit. Every candidate that launches at every tile height, at 5 and 64 rows."""
+    g = _g(4)
+    w = (torch.randn(n, k, generator=g) * 0.02).to(DEVICE, DTYPE)
+    x = torch.randn(64, k, generator=g).to(DEVICE, DTYPE)
+    sms = skinny_gemm._sms(DEVICE)
+    outs = {}
+    for cfg in skinny_gemm._candidates(n, k, sms, may_split, invariant=True):
+        try:
+            outs[cfg] = [skinny_gemm._launch(x[:m], w, None, cfg, may_split, block_m=skinny_gemm.invariant_block_m(m))
+                         for m in (5, 64)]
+        except Exception:  # noqa: BLE001 - shared memory: _tune skips it the same way
+            continue
+    assert len(outs) >= 2, outs.keys()
+    first = next(iter(outs.values()))
+    for cfg, (y5, y64) in outs.items():
+        assert torch.equal(y5, first[0]) and torch.equal(y64, first[1]), cfg
+        assert torch.equal(y5, y64[:5]), cfg
