@@ -15,8 +15,8 @@ common=(logger=none target=qwen3-8b-random draft=qwen3-0.6b-random strategy=draf
         dataset.path=experiments/continuous/requests-256.jsonl dataset.num_prompts=null max_new_tokens=128 "$stops")
 # 1) continuous batching, 1 to 256 requests in flight (one process, five jobs)
 timeout 400 python3 -m specbench -m "${common[@]}" engine.scheduler=continuous engine.batch_size=1,4,16,64,256 \
-  hydra.sweep.dir="$out/continuous" > "$out/continuous.txt" 2>&1
+  hydra.sweep.dir="$out/continuous" 'hydra.sweep.subdir=${hydra.job.num}' > "$out/continuous.txt" 2>&1
 # 2) static batches of 64 and 256 over the same requests
 timeout 150 python3 -m specbench -m "${common[@]}" engine.scheduler=static engine.batch_size=64,256 \
-  hydra.sweep.dir="$out/static" > "$out/static.txt" 2>&1
+  hydra.sweep.dir="$out/static" 'hydra.sweep.subdir=${hydra.job.num}' > "$out/static.txt" 2>&1
 python3 experiments/continuous/table.py "$out/continuous" "$out/static" | tee "$out/table.md"
