@@ -13,7 +13,8 @@ Two entry points:
   row's result may depend on how many rows share the launch.
 - `invariant_linear` (batch-invariant): any M, in tiles of 16, 32 or 64 rows (grid axis 0, fastest, so
   the M tiles of one W tile run together and share it in L2); the configuration (BLOCK_N, BLOCK_K,
-  warps, stages, split) is chosen once per weight shape (N, K), never per M. Every output element is
+  warps, stages, split) is chosen once per weight shape (N, K), never per M. Above 64 rows, 128-row
+  tiles with a configuration of their own, at the same split. Every output element is
   then the same K-ordered sum whatever M is (the tile height does not change it: measured, see
   `invariant_block_m`), so a token's logits are bit-identical in a 1-token forward, a (K+1)-token
   verify or another batch.
@@ -83,9 +84,14 @@ if triton is not None:
 MAX_M = 16  # skinny_linear's limit; invariant_linear takes any M in tiles of TILE_M
 TILE_M = 16
 INVARIANT_BLOCK_MS = (16, 32, 64)  # invariant_block_m's tile heights: one configuration must launch at all of them
+# above 64 rows (a batch-64 verify is 128-256), invariant_linear takes 128-row tiles with wide N tiles, tuned apart at
+# the same split: the same bits as the small tiles at 0.4-0.6x their time (experiments/gpu/probe_prefill-run1.txt)
+WIDE_FROM_M = 65
+WIDE_BLOCK_M = 128
+_WIDE_CANDIDATES = [(128, 64, 8, 3), (128, 64, 4, 4), (64, 64, 4, 4), (128, 32, 4, 4), (256, 64, 8, 3), (128, 128, 8, 3)]
 # (BLOCK_N, BLOCK_K, num_warps, num_stages)
 _CANDIDATES = [(16, 256, 4, 4), (16, 512, 4, 3), (32, 256, 4, 4), (32, 512, 4, 3), (64, 256, 4, 3), (16, 1024, 4, 2)]
-_TUNED: dict[tuple, tuple] = {}  # (M bucket or "inv", N, K, may_split, silu) -> (BLOCK_N, BLOCK_K, warps, stages, split)
+_TUNED: dict[tuple, tuple] = {}  # (M bucket, "inv" or "inv-wide", N, K, may_split, silu) -> (BN, BK, warps, stages, split)
 ENABLED = True  # a switch for A/B measurements
 FUSE_SILU = False  # silu(gate) * up in the down GEMM's prologue: measured SLOWER on the H200 (0.6B 1x1 1.32 vs 1.04 ms; 8B 6.96 vs 4.57 ms), off
 
@@ -120,11 +126,12 @@ def invariant_split(n: int, k: int, sms: int, may_split: bool) -> int:
     return split
 
 
-def _candidates(n: int, k: int, sms: int, may_split: bool, invariant: bool) -> list[tuple]:
+def _candidates(n: int, k: int, sms: int, may_split: bool, invariant: bool, wide: bool = False) -> list[tuple]:
     """The configurations `_tune` times: any split for the fast path; for the invariant path only
-    `invariant_split`'s, with parts of equal, BLOCK_K-aligned width (so every candidate adds the same partials)."""
+    `invariant_split`'s, with parts of equal, BLOCK_K-aligned width (so every candidate adds the same partials);
+    wide: the invariant path's 128-row tiles."""
     out = []
-    for block_n, block_k, warps, stages in _CANDIDATES:
+    for block_n, block_k, warps, stages in _WIDE_CANDIDATES if wide else _CANDIDATES:
         if k % block_k and block_k > 256:
             continue
         if invariant:
@@ -137,10 +144,11 @@ def _candidates(n: int, k: int, sms: int, may_split: bool, invariant: bool) -> l
     return out
 
 
-def _invariant_default(n: int, k: int, sms: int, may_split: bool) -> tuple:
+def _invariant_default(n: int, k: int, sms: int, may_split: bool, wide: bool = False) -> tuple:
     """An untimed invariant configuration (inside a graph capture, in the interpreter, or when no candidate
-    launched): small tiles that fit at every tile height, in `invariant_split`'s order like every timed one."""
-    return (16, 256, 4, 2, invariant_split(n, k, sms, may_split))
+    launched): tiles that fit at every tile height, in `invariant_split`'s order like every timed one."""
+    return (128, 64, 8, 3, invariant_split(n, k, sms, may_split)) if wide else (16, 256, 4, 2,
+                                                                                invariant_split(n, k, sms, may_split))
 
 
 def _heuristic(n: int, k: int, sms: int, may_split: bool) -> tuple:
@@ -167,26 +175,28 @@ def _launch(x, w, bias, cfg, may_split, silu=False, block_m=TILE_M):
     return out
 
 
-def _tune(x, w, bias, may_split, silu=False, block_ms: tuple[int, ...] = ()) -> tuple:
+def _tune(x, w, bias, may_split, silu=False, block_ms: tuple[int, ...] = (), wide: bool = False) -> tuple:
     """The fastest candidate on x's rows, among those that also launch at every tile height in `block_ms` (a
     configuration tuned on 16 rows may need more shared memory than the device has at 64: H200, 2026-12-01).
-    block_ms given = the invariant path: only candidates that sum in `invariant_split`'s order."""
+    block_ms given = the invariant path: only candidates that sum in `invariant_split`'s order; wide: its 128-row
+    tiles, timed at that height."""
     n, k = w.shape
     sms = _sms(x.device)
     invariant = bool(block_ms)
+    timed_m = WIDE_BLOCK_M if wide else TILE_M
     best, best_ms = None, float("inf")
     torch.cuda.synchronize(x.device)
     tall = x.repeat(-(-max(block_ms, default=1) // x.shape[0]), 1) if block_ms else x
-    for cfg in _candidates(n, k, sms, may_split and bias is None, invariant):
+    for cfg in _candidates(n, k, sms, may_split and bias is None, invariant, wide):
         try:
             for block_m in block_ms:  # raises (OutOfResources) where this tile height does not fit
                 _launch(tall[:block_m], w, bias, cfg, may_split, silu, block_m=block_m)
             for _ in range(3):  # compile, then time 10 launches inside a graph (launch overhead out)
-                _launch(x, w, bias, cfg, may_split, silu)
+                _launch(x, w, bias, cfg, may_split, silu, block_m=timed_m)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 for _ in range(10):
-                    _launch(x, w, bias, cfg, may_split, silu)
+                    _launch(x, w, bias, cfg, may_split, silu, block_m=timed_m)
             graph.replay()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -201,8 +211,8 @@ def _tune(x, w, bias, may_split, silu=False, block_ms: tuple[int, ...] = ()) -> 
         if ms < best_ms:
             best, best_ms = cfg, ms
     if best is None:
-        untimed = _invariant_default if invariant else _heuristic
-        return untimed(n, k, sms, may_split and bias is None if invariant else may_split)
+        return _invariant_default(n, k, sms, may_split and bias is None, wide) if invariant else _heuristic(
+            n, k, sms, may_split)
     return best
 
 
@@ -221,11 +231,14 @@ def _config(key: tuple, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | N
     if cfg is None:
         may_split = key[3]
         capturing = x.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        wide = key[0] == "inv-wide"
+        block_ms = (WIDE_BLOCK_M,) if wide else (INVARIANT_BLOCK_MS if key[0] == "inv" else ())
         if x.device.type == "cuda" and not capturing and not _INTERPRETED:
-            cfg = _agree(_tune(x, w, bias, may_split, silu, INVARIANT_BLOCK_MS if key[0] == "inv" else ()), x.device)
+            cfg = _agree(_tune(x, w, bias, may_split, silu, block_ms, wide), x.device)
+        elif block_ms:
+            cfg = _invariant_default(w.shape[0], w.shape[1], _sms(x.device), may_split, wide)
         else:
-            untimed = _invariant_default if key[0] == "inv" else _heuristic
-            cfg = untimed(w.shape[0], w.shape[1], _sms(x.device), may_split)
+            cfg = _heuristic(w.shape[0], w.shape[1], _sms(x.device), may_split)
         _TUNED[key] = cfg
     return cfg
 
@@ -275,15 +288,17 @@ def invariant_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
     x, silu = _silu_input(x, w, silu, None)
     if not usable(x, w, None):
         return F.linear(x, w, bias)
-    key = ("inv", w.shape[0], w.shape[1], may_split and bias is None, silu)
-    if config is None and key not in _TUNED:  # tuned on TILE_M rows of noise, whatever this call's M
+    wide = config is None and x.shape[0] >= WIDE_FROM_M
+    key = ("inv-wide" if wide else "inv", w.shape[0], w.shape[1], may_split and bias is None, silu)
+    if config is None and key not in _TUNED:  # tuned on rows of noise (16, or 256 for wide), whatever this call's M
         probe = x
         if x.device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
             gen = torch.Generator(device=x.device).manual_seed(0)  # not the global stream the samplers may use
-            probe = torch.randn((TILE_M, x.shape[1]), device=x.device, dtype=x.dtype, generator=gen)
+            rows = 2 * WIDE_BLOCK_M if wide else TILE_M
+            probe = torch.randn((rows, x.shape[1]), device=x.device, dtype=x.dtype, generator=gen)
         _config(key, probe, w, bias, silu)
     cfg = config or _TUNED[key]
-    return _launch(x, w, bias, cfg, key[3], silu, block_m=invariant_block_m(x.shape[0]))
+    return _launch(x, w, bias, cfg, key[3], silu, block_m=WIDE_BLOCK_M if wide else invariant_block_m(x.shape[0]))
 
 
 def invariant_block_m(m: int) -> int:

@@ -146,10 +146,11 @@ def test_invariant_candidates_share_one_summation_order(n, k, may_split):
     of the shape and the SM count only), in parts of equal width that each candidate's BLOCK_K divides."""
     for sms in (78, 132):
         split = skinny_gemm.invariant_split(n, k, sms, may_split)
-        cands = skinny_gemm._candidates(n, k, sms, may_split, invariant=True)
-        assert cands and {c[4] for c in cands} == {split}
-        assert all(split == 1 or k % (split * c[1]) == 0 for c in cands)
-        assert skinny_gemm._invariant_default(n, k, sms, may_split)[4] == split
+        for wide in (False, True):  # 16-64-row tiles, and the 128-row tiles above 64 rows: one order for both
+            cands = skinny_gemm._candidates(n, k, sms, may_split, invariant=True, wide=wide)
+            assert cands and {c[4] for c in cands} == {split}
+            assert all(split == 1 or k % (split * c[1]) == 0 for c in cands)
+            assert skinny_gemm._invariant_default(n, k, sms, may_split, wide)[4] == split
         assert may_split or split == 1
     assert skinny_gemm.invariant_split(4096, 4096, 132, True) == 2  # 256 tiles of 16 rows: two waves at split 2
     assert skinny_gemm.invariant_split(1024, 2048, 132, True) == 8  # parts of 256 columns
@@ -162,7 +163,7 @@ def test_every_invariant_candidate_gives_the_same_bits(n, k, may_split):
     CLI): that must not change one bit. Every candidate that launches at every tile height, at 5 and 64 rows."""
     g = _g(4)
     w = (torch.randn(n, k, generator=g) * 0.02).to(DEVICE, DTYPE)
-    x = torch.randn(64, k, generator=g).to(DEVICE, DTYPE)
+    x = torch.randn(256, k, generator=g).to(DEVICE, DTYPE)
     sms = skinny_gemm._sms(DEVICE)
     outs = {}
     for cfg in skinny_gemm._candidates(n, k, sms, may_split, invariant=True):
@@ -176,3 +177,30 @@ def test_every_invariant_candidate_gives_the_same_bits(n, k, may_split):
     for cfg, (y5, y64) in outs.items():
         assert torch.equal(y5, first[0]) and torch.equal(y64, first[1]), cfg
         assert torch.equal(y5, y64[..., :5, :]), cfg  # rows (of each partial sum [S, M, N] when split)
+    wide = 0
+    for cfg in skinny_gemm._candidates(n, k, sms, may_split, invariant=True, wide=True):  # 128-row tiles, 256 rows
+        try:
+            y = skinny_gemm._launch(x, w, None, cfg, may_split, block_m=skinny_gemm.WIDE_BLOCK_M)
+        except Exception:  # noqa: BLE001
+            continue
+        wide += 1
+        assert torch.equal(y[..., :64, :], first[1]), cfg
+    assert wide >= 2
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_wide_tiles_keep_rows_and_match_linear(split):
+    """Above 64 rows invariant_linear takes 128-row tiles (their own configuration, the same split): rows do not depend
+    on M among such calls, and the product is F.linear's."""
+    g = _g(5)
+    x = torch.randn(150, 128, generator=g).to(DEVICE, DTYPE)  # two 128-row tiles, the second ragged
+    w = torch.randn(72, 128, generator=g).to(DEVICE, DTYPE)
+
+    def f(rows):
+        return skinny_gemm.sum_partials(skinny_gemm.invariant_linear(rows, w, may_split=split), DTYPE)
+
+    full = f(x)
+    torch.testing.assert_close(full, F.linear(x, w), atol=1e-3, rtol=1e-3)
+    for m in (65, 100, 129):
+        assert torch.equal(f(x[:m].contiguous()), full[:m]), f"rows 0..{m} changed with M"
+    assert ("inv-wide", 72, 128, split, False) in skinny_gemm._TUNED
