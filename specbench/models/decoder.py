@@ -129,6 +129,38 @@ def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | N
     return out.view(*x.shape[:-1], out.shape[-1])
 
 
+class PackedLinear(nn.Linear):
+    """An nn.Linear whose bf16 inference forward (no grad) runs on a oneDNN-packed copy of its weight
+    (`_packed_linear`): a drafter's own layers on the CPU, which otherwise reorder the weight at every call. The
+    weight stays the Parameter (state_dict, training); the packed copy is made once, by `pack_linears`."""
+
+    packed: torch.Tensor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() or x.dtype != torch.bfloat16 or x.device.type != "cpu":
+            return F.linear(x, self.weight, self.bias)
+        return _packed_linear(x, self.packed, self.bias)
+
+
+def pack_linears(module: nn.Module) -> int:
+    """On a CPU with oneDNN bf16 (`onednn_bf16`): every bf16 nn.Linear inside `module` (its own, not ones it holds by
+    reference outside its children) becomes a PackedLinear with its weight packed once. Returns how many; 0 (nothing
+    changed) elsewhere. Call it after the weights are loaded and before inference."""
+    if not onednn_bf16():
+        return 0
+    count = 0
+    for name, sub in list(module.named_modules()):
+        if (type(sub) is nn.Linear and sub.weight.dtype == torch.bfloat16 and sub.weight.device.type == "cpu"
+                and sub.in_features % ONEDNN_INVARIANT_K == 0):
+            packed = PackedLinear(sub.in_features, sub.out_features, bias=sub.bias is not None, device="meta")
+            packed.weight, packed.bias = sub.weight, sub.bias  # the same parameters
+            packed.packed = _pack_bf16(sub.weight)
+            parent, _, attr = name.rpartition(".")
+            setattr(module.get_submodule(parent), attr, packed)
+            count += 1
+    return count
+
+
 def _fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Concatenate the weights (and biases) of linears over one input; re-point each at its view."""
     with torch.no_grad():

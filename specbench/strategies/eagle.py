@@ -43,6 +43,7 @@ from torch import nn
 
 from specbench.errors import ConfigError
 from specbench.kernels.decode_ref import tree_slot_mask
+from specbench.models.decoder import pack_linears
 from specbench.strategies import formats
 from specbench.strategies.base import BuildContext, DraftOutput, Proposer
 from specbench.strategies.checkpoints import (AUTO, RANDOM, HeadCheckpoint, checkpoint_files, load_head,
@@ -311,6 +312,8 @@ class EagleProposer(HeadCheckpoint, Proposer):
         else:
             self.head = load_eagle_head(checkpoint, target, ctx.target.spec.label)
             raise_if_fuse_layers_differ(fuse_layers, self.head.cfg.fuse_layers, checkpoint)
+        if self.device.type == "cpu":  # bf16 on oneDNN: its GEMMs on packed weights, not reordered at every pass
+            pack_linears(self.head)
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:

@@ -158,3 +158,25 @@ def test_a_packed_products_rows_do_not_depend_on_how_many_share_the_call():
         for m in (2, 31, 32, 33, 40, 64, 100):
             assert torch.equal(dec._packed_linear(x[:m], packed), alone[:m]), (n, k, m)
         assert torch.equal(dec._packed_linear(x.view(4, 25, k), packed), alone.view(4, 25, n))  # [B, T, K] inputs
+
+
+@pytest.mark.skipif(not onednn_bf16(), reason="needs oneDNN bf16 on this CPU (AMX / AVX512-BF16)")
+def test_pack_linears_keeps_parameters_and_products():
+    """A drafter's own linears on packed weights: the same Parameters (state_dict unchanged), the product F.linear's up
+    to bf16 rounding, rows independent of how many share the call, and training (grad on) on the plain weight."""
+    from specbench.models.decoder import PackedLinear, pack_linears
+
+    g = torch.Generator().manual_seed(3)
+    net = torch.nn.Sequential(torch.nn.Linear(192, 72), torch.nn.ReLU(), torch.nn.Linear(72, 64, bias=False),
+                              torch.nn.Linear(48, 16)).to(torch.bfloat16)  # in_features 48: not a multiple of 64, left
+    keys = {k: v.data_ptr() for k, v in net.state_dict().items()}
+    assert pack_linears(net) == 1  # 72 and 48 inner sizes are not multiples of 64 either
+    assert isinstance(net[0], PackedLinear) and type(net[2]) is torch.nn.Linear and type(net[3]) is torch.nn.Linear
+    assert {k: v.data_ptr() for k, v in net.state_dict().items()} == keys
+    x = torch.randn(5, 3, 192, generator=g).to(torch.bfloat16)
+    with torch.inference_mode():
+        y = net[0](x)
+        torch.testing.assert_close(y, F.linear(x, net[0].weight, net[0].bias), atol=2e-2, rtol=2e-2)
+        assert torch.equal(net[0](x[1:2, :1]), y[1:2, :1])
+    net[0](x).float().sum().backward()  # grad on: the plain weight's F.linear
+    assert net[0].weight.grad is not None and net[0].weight.grad.shape == (72, 192)
