@@ -83,6 +83,7 @@ class EngineConfig:
     cuda_graphs: Any = "auto"  # auto | true | false
     batch_invariant: bool = True  # CUDA: logits independent of batch and verify width
     tensor_parallel: int = 1  # ranks the target is split over (models/tensor_parallel.py); the draft is replicated
+    shard_on_load: bool = False  # random-weight targets at tensor_parallel > 1: each rank builds only its own share
     scheduler: str = "static"  # static: batches of batch_size prompts; continuous: batch_size slots, refilled
     stop_token_ids: list[int] = field(default_factory=list)  # ids that end a row as EOS does (besides the target's EOS)
 

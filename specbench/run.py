@@ -71,6 +71,7 @@ class _Plan:
     tensor_parallel: int = 1  # engine.tensor_parallel: ranks the target is split over
     scheduler: str = "static"  # engine.scheduler: static batches, or continuous batching over batch_size slots
     stop_ids: frozenset[int] = frozenset()  # engine.stop_token_ids: they end a row as the target's EOS does
+    shard_on_load: bool = False  # engine.shard_on_load: each rank builds only its share of a random-weight target
 
     @property
     def lossless(self) -> bool:
@@ -141,6 +142,8 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
                           f"visible; allowed: at most that many ranks (or engine.device=cpu: gloo processes)")
     if e.tensor_parallel > 1 and target.known:  # presets, a local config.json: before anything loads
         raise_if_unshardable(target.known, e.tensor_parallel, target.label)
+    if e.shard_on_load:
+        raise_if_cannot_shard_on_load(e.tensor_parallel, target, draft, cls)
     cls.validate_for_target(strategy_cfg, target, e.backend)  # the strategy's settings against the target's known sizes
     max_new = c.max_new_tokens
     k = int(strategy_cfg.get("k") or 0)
@@ -162,7 +165,25 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
     return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], e.batch_size,
                  max_new, c.max_model_len, e.backend, rules, cuda_graphs_default(e.cuda_graphs, device),
                  e.batch_invariant, synthetic, cls.checkpoint_record(strategy_cfg, target), e.tensor_parallel,
-                 e.scheduler, frozenset(e.stop_token_ids))
+                 e.scheduler, frozenset(e.stop_token_ids), e.shard_on_load)
+
+
+def raise_if_cannot_shard_on_load(world: int, target: ModelSpec, draft: ModelSpec | None,
+                                   cls: type[Proposer]) -> None:
+    """engine.shard_on_load builds each rank's share of random weights (loading._random_model): it needs ranks, a
+    random-weight target, and a draft of its own (a draft that is the target would need the whole of it)."""
+    if world < 2:
+        raise ConfigError(f"engine.shard_on_load=true with engine.tensor_parallel={world}; allowed: tensor_parallel >= 2 "
+                          f"(each rank builds its share), or shard_on_load=false")
+    if target.source != "random":
+        raise ConfigError(f"engine.shard_on_load=true with target {target.label!r} (source {target.source!r}); allowed: "
+                          f"random-weight targets (the *-random presets); a checkpoint loads whole on each rank, then splits")
+    if draft is not None and draft == target:
+        raise ConfigError(f"engine.shard_on_load=true with draft={draft.label!r}, the target itself; allowed: a draft "
+                          f"model of its own (a draft that is the target would need its whole weights on every rank)")
+    if cls.drafts_with_target_weights:
+        raise ConfigError(f"engine.shard_on_load=true with strategy {cls.__name__}, which drafts with the target's own "
+                          f"weights (the whole target on every rank); allowed: shard_on_load=false for it")
 
 
 def raise_if_unknown_settings(cls: type[Proposer], cfg: Mapping[str, Any]) -> None:
@@ -331,7 +352,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     torch.manual_seed(p.sampling.seed)
 
     # models: load the target once; a draft equal to the target shares its weights (its own cache)
-    target = load_model(p.target, p.device, p.dtype)
+    target = load_model(p.target, p.device, p.dtype, shard=(tp.rank, tp.world) if tp and p.shard_on_load else None)
     draft = None
     if p.draft is not None:
         draft = target if p.draft == p.target else load_model(p.draft, p.device, p.dtype)
@@ -344,7 +365,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     check_prompt_lengths(p.prompts, token_ids, p.max_model_len, p.max_new_tokens, extra=k + 1,
                          model_limits=_position_limits(("target", target), ("draft", draft)))
 
-    if tp is not None:
+    if tp is not None and not p.shard_on_load:
         raise_if_unshardable(target.model.config, tp.world, target.spec.label)
     target_runner = maybe_graphed(make_vlm_aware_runner(target.model, p.backend, batch_invariant=p.batch_invariant, tp=tp,
                                                         graphs=p.cuda_graphs), p.cuda_graphs)
@@ -401,6 +422,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
                 "seed": p.sampling.seed, "dtype": str(p.dtype).removeprefix("torch."), "lossless": p.lossless,
                 "synthetic_acceptance": p.synthetic or None, "cuda_graphs": p.cuda_graphs,
                 "batch_invariant": p.batch_invariant, "tensor_parallel": p.tensor_parallel,
+                "shard_on_load": p.shard_on_load,
                 "graph_captures_while_timing": graph_captures() - captures_before},
         "config": OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg),
         "environment": _environment(p.device),

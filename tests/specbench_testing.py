@@ -216,6 +216,31 @@ def tp_forward_worker(rank: int, world: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
+def tp_shard_on_load_worker(rank: int, world: int, port: int, out: str) -> None:
+    """One gloo rank of tiny-qwen3-tp built as that rank's share only (load_model(shard=...), engine.shard_on_load):
+    saves its weights to out/rank<r>.pt, and rank 0 the forwards' logits to out/logits.pt."""
+    import os
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    from specbench.models.decoder import DecoderRunner
+    from specbench.models.tensor_parallel import TPGroup
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        model = load_model(resolve_spec({"name": "tiny-qwen3-tp"}, "target"), "cpu", torch.float32, shard=(rank, world))
+        torch.save(model.model.state_dict(), Path(out) / f"rank{rank}.pt")
+        logits = tp_forward_logits(DecoderRunner(model.model, tp=TPGroup(rank, world)))
+        if rank == 0:
+            torch.save(logits, Path(out) / "logits.pt")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
 def tp_forward_logits(runner: Any) -> list[torch.Tensor]:
     """The forwards tp_forward_worker runs, on any runner (TP = 1 for the reference)."""
     g = torch.Generator().manual_seed(3)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 15 item 1 on a machine with two H200s (nvidia-h200-x2), through the CLI. Not run yet: no two-GPU machine
 # has been lent to this project so far. Each rank loads the whole target on its GPU and keeps its share
-# (models/tensor_parallel.py), so a target must fit one GPU to be split: Qwen3-32B does (64 GB + 32 GB of shards),
-# a 70B-class target (141 GB in bf16) does not until loading shards on the fly (not built).
+# (models/tensor_parallel.py), so a target must fit one GPU to be split: Qwen3-32B does (64 GB + 32 GB of shards).
+# A 70B-class target (141 GB in bf16) does not: with engine.shard_on_load=true each rank builds only its share of
+# the random weights (70 GB each; loading._random_model).
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 #   bash experiments/tp/two_gpus.sh "$OUT"
 set -u
@@ -16,6 +17,10 @@ timeout 500 python3 -m specbench -m $common target=qwen3-32b-random strategy=non
 timeout 500 python3 -m specbench $common target=qwen3-32b-random draft=qwen3-1.7b-random strategy=draft_model \
   strategy.k=3 verify.synthetic_acceptance_length=2.79 engine.tensor_parallel=2 hydra.run.dir="$out/32b-tp2-draft" \
   > "$out/32b-tp2-draft.txt" 2>&1
+# a 70B-class target at TP=2, each rank building its share, with the 1B draft at synthetic AL 2.8, k=3
+timeout 500 python3 -m specbench $common target=llama-3.1-70b-instruct-random draft=llama-3.2-1b-random \
+  strategy=draft_model strategy.k=3 verify.synthetic_acceptance_length=2.8 engine.tensor_parallel=2 \
+  engine.shard_on_load=true hydra.run.dir="$out/70b-tp2-draft" > "$out/70b-tp2-draft.txt" 2>&1
 # the suite's TP test (self-draft exact at TP=2)
 timeout 500 python3 -m pytest -m gpu tests/gpu -k tensor_parallel -v -rfE -p no:cacheprovider > "$out/suite-tp.txt" 2>&1
 grep -h -E "^\| (metric|acceptance length|TPOT ms)|speedup \(|passed|failed" "$out"/*.txt

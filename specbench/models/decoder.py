@@ -251,10 +251,17 @@ class DecoderRunner(nn.Module):
                                 o_b=attn.o_proj.bias, down_w=mlp.down_proj.weight, down_b=mlp.down_proj.bias))
         # tensor parallel (models/tensor_parallel.py): this rank's heads and MLP columns; o/down sums all-reduced
         self.tp = tp if tp is not None and tp.world > 1 else None
-        if self.tp is not None:
+        built_as = getattr(hf_model, "_specbench_shard", None)  # loading._random_model(shard=...): already one share
+        if built_as is not None and (self.tp is None or (self.tp.rank, self.tp.world) != tuple(built_as)):
+            raise ValueError(f"this model holds tensor-parallel rank {built_as[0]}'s share of {built_as[1]} only "
+                             f"(engine.shard_on_load); a runner over it must be that rank's. A draft cannot reuse it "
+                             f"(draft=self, layer_skip): they need the whole target")
+        if self.tp is not None and built_as is None:
             self._w = [shard_weights(w, self.num_heads, self.num_kv_heads, self.head_dim, self.tp) for w in self._w]
             self.num_heads //= self.tp.world
             self.num_kv_heads //= self.tp.world
+        elif self.tp is not None and self.tp.rank > 0:  # a built share: its config's sizes are the rank's already
+            self._w = [dict(w, o_b=None, down_b=None) for w in self._w]  # o/down biases are added once, on rank 0
         # CPU bf16 with batch_invariant: the same weights packed for oneDNN (a second copy), used by the torch path
         inner = {w[n].shape[1] for w in self._w for n in ("qkv_w", "o_w", "gu_w", "down_w")}
         self.cpu_invariant = (batch_invariant and self.device.type == "cpu" and self.dtype == torch.bfloat16

@@ -174,12 +174,17 @@ class LoadedModel:
         return ids
 
 
-def load_model(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype) -> LoadedModel:
-    """Load weights and tokenizer for `spec` onto `device` in `dtype`."""
+def load_model(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype,
+               shard: tuple[int, int] | None = None) -> LoadedModel:
+    """Load weights and tokenizer for `spec` onto `device` in `dtype`. shard = (rank, world): random weights built as
+    that tensor-parallel rank's share only (engine.shard_on_load; `_random_model`)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    if shard is not None and spec.source != "random":
+        raise ConfigError(f"engine.shard_on_load=true with target {spec.label!r} (source {spec.source!r}); allowed: "
+                          f"random-weight targets (the *-random presets); a checkpoint loads whole on each rank, then splits")
     if spec.source == "random":
-        model = _random_model(spec, dtype, device)
+        model = _random_model(spec, dtype, device, shard)
         tokenizer: Any = ByteTokenizer(int(model.get_output_embeddings().weight.shape[0]))  # VLM configs nest vocab_size
     elif spec.source == "preset":
         directory = _packaged_dir(spec.name)
@@ -205,17 +210,43 @@ def _auto_class(config: Any) -> Any:
     return AutoModelForImageTextToText if getattr(config, "vision_config", None) is not None else AutoModelForCausalLM
 
 
-def _random_model(spec: ModelSpec, dtype: torch.dtype, device: torch.device | str) -> nn.Module:
+# a shard-on-load model's weights that are split over the ranks (models/tensor_parallel.py); the rest is replicated
+SHARDED_WEIGHTS = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "gate_proj.weight",
+                   "up_proj.weight", "down_proj.weight")
+
+
+def _random_model(spec: ModelSpec, dtype: torch.dtype, device: torch.device | str,
+                  shard: tuple[int, int] | None = None) -> nn.Module:
     """Random weights of a named architecture, initialised directly on `device` (an 8B model on a GPU
-    in seconds). The same init_seed gives the same weights on the same device type."""
+    in seconds). The same init_seed gives the same weights on the same device type.
+
+    shard = (rank, world): only that rank's tensor-parallel share, so no rank ever holds the whole model (a 70B
+    target over two GPUs). The model is built with 1/world of the query heads, KV heads and MLP columns (head_dim
+    kept), which are exactly the shapes of a rank's share; embedding, norms and LM head are whole and the same on
+    every rank (one seed), the split projections drawn again from (init_seed, rank) so that ranks hold different
+    shares. Such a model is only a DecoderRunner's at that rank (`_specbench_shard` says which); its weights are not
+    tensor_parallel=1's."""
     from transformers import AutoConfig
 
     arch = dict(spec.arch or {})
     model_type = arch.pop("model_type")
+    if shard is not None:
+        rank, world = shard
+        arch["head_dim"] = arch.get("head_dim") or arch["hidden_size"] // arch["num_attention_heads"]
+        for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+            arch[key] //= world
     config = AutoConfig.for_model(model_type, **arch)
     torch.manual_seed(spec.init_seed)
     with torch.device(device):
         model = _auto_class(config).from_config(config, dtype=dtype)
+    if shard is not None:
+        gen = torch.Generator(device=device).manual_seed(spec.init_seed * 1009 + rank + 1)
+        std = getattr(config, "initializer_range", 0.02)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith(SHARDED_WEIGHTS):
+                    param.normal_(0.0, std, generator=gen)
+        model._specbench_shard = shard
     return model
 
 

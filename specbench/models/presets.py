@@ -112,6 +112,8 @@ _HUB: dict[str, tuple[str, dict[str, Any], str | None]] = {
     "qwen3-4b": ("Qwen/Qwen3-4B", _qwen3(2560, 9728, 36, 32, 8, tie=True), "qwen3-0.6b"),
     "qwen3-1.7b": ("Qwen/Qwen3-1.7B", _qwen3(2048, 6144, 28, 16, 8, tie=True), "qwen3-0.6b"),
     "qwen3-0.6b": ("Qwen/Qwen3-0.6B", _qwen3(1024, 3072, 28, 16, 8, tie=True), "qwen3-0.6b"),
+    "llama-3.1-70b-instruct": ("meta-llama/Llama-3.1-70B-Instruct", _llama3(8192, 28672, 80, 64, 8, 128, False, 8.0),
+                               "llama-3.2-1b"),  # 141 GB in bf16: more than one GPU (engine.shard_on_load)
     "llama-3.1-8b-instruct": ("meta-llama/Llama-3.1-8B-Instruct", _llama3(4096, 14336, 32, 32, 8, 128, False, 8.0), "llama-3.2-1b"),
     "llama-3.2-1b": ("meta-llama/Llama-3.2-1B", _llama3(2048, 8192, 16, 32, 8, 64, True, 32.0), "llama-3.2-1b"),
     # vision-language targets (issue 4): a text draft by default; draft=qwen2.5-vl-3b for a VLM draft

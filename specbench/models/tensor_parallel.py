@@ -15,6 +15,11 @@ the other rows or tokens of the forward; with the batch-invariant kernels a node
 chain's at TP = N as at TP = 1 (they differ from TP = 1's in the last bits: the sum is split differently).
 What must equal what is speculative decoding and target-only decoding at the same N.
 
+Loading: each rank loads the whole target and keeps its share, so a target must fit one device. For random-weight
+targets `engine.shard_on_load=true` builds only the rank's share instead (loading._random_model: a model with 1/N of
+the heads and MLP columns, which DecoderRunner takes as this rank's share as is); its weights are not those of
+tensor_parallel=1, and no draft may reuse it (draft=self, layer_skip are refused).
+
 Launch: `engine.tensor_parallel=N` on one machine starts N - 1 worker processes beside the current one
 (run.py), or `torchrun --nproc-per-node N -m specbench engine.tensor_parallel=N ...` sets the ranks
 itself. NCCL on CUDA (rank r on cuda:r), gloo on the CPU (the tests).

@@ -158,6 +158,9 @@ class Proposer(ABC):
     # its drafts read earlier requests' outputs (suffix's global trie), so a prompt's acceptance depends on which
     # requests finished before it: on the batch size and the scheduler, not only on the prompt
     reads_other_requests: ClassVar[bool] = False
+    # it drafts with the target's own weights (layer_skip's first layers): it needs the whole target on every rank,
+    # so engine.shard_on_load (each rank builds only its share) is refused for it
+    drafts_with_target_weights: ClassVar[bool] = False
 
     def __init__(self, ctx: BuildContext, k: int, name: str = "", one_extra_forward_pass: bool = False,
                  drop_first_drafted_tokens: bool = False, tree: str = "chain", top_k: int = 1, num_nodes: int = 0,

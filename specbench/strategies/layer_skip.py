@@ -60,6 +60,7 @@ class LayerSkipProposer(Proposer):
     owns_kv_cache = True
     samples = True
     cuda_graphs = True
+    drafts_with_target_weights = True
 
     def __init__(self, ctx: BuildContext, k: int, name: str = "layer_skip", num_layers: int | None = None,
                  **options: Any) -> None:

@@ -15,9 +15,10 @@ import torch
 import torch.multiprocessing as mp
 from hydra import compose, initialize_config_dir
 
-from specbench_testing import tiny, tp_forward_logits, tp_forward_worker
+from specbench_testing import tiny, tp_forward_logits, tp_forward_worker, tp_shard_on_load_worker
 from specbench.errors import ConfigError
 from specbench.models.decoder import DecoderRunner
+from specbench.models.loading import load_model, resolve_spec
 from specbench.models.tensor_parallel import TPGroup, raise_if_unshardable, shard_weights
 from specbench.run import CONF_DIR, run
 
@@ -109,3 +110,58 @@ def test_bad_tensor_parallel_settings_are_refused_before_loading(tmp_path: Path)
         run(_cfg("target=tiny-llama", "strategy=none", "engine.tensor_parallel=2", "logger=none", f"+output_dir={tmp_path}"))
     with pytest.raises(ConfigError, match=r"'num_attention_heads': 3, 'num_key_value_heads': 1.*do not divide by 2"):
         raise_if_unshardable(tiny("tiny-llama").model.config, 2, "tiny-llama")
+
+
+def test_shard_on_load_builds_each_ranks_share_and_the_forward_is_their_whole(tmp_path: Path):
+    """engine.shard_on_load: each of 2 gloo ranks builds only its share of tiny-qwen3-tp (3 of 6 query heads, 1 of 2 KV
+    heads, 45 of 90 MLP columns), different on each rank, with embedding, norms and LM head the same on both. The split
+    forward equals the unsplit decoder over the model those shares make up (shares stacked in rank order)."""
+    mp.spawn(tp_shard_on_load_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    shares = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    whole = tiny("tiny-qwen3-tp").model
+    state = whole.state_dict()
+    assert shares[0]["model.layers.0.self_attn.q_proj.weight"].shape == (3 * 8, 48)
+    assert shares[0]["model.layers.0.mlp.down_proj.weight"].shape == (48, 45)
+    for name in state:
+        a, b = shares[0][name], shares[1][name]
+        if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight")):
+            assert not torch.equal(a, b), name  # the ranks' shares differ
+            state[name] = torch.cat([a, b], dim=0)  # output rows (heads, MLP columns) in rank order
+        elif name.endswith(("o_proj.weight", "down_proj.weight")):
+            assert not torch.equal(a, b), name
+            state[name] = torch.cat([a, b], dim=1)  # input columns
+        else:
+            assert torch.equal(a, b), name  # replicated
+            state[name] = a
+    whole.load_state_dict(state)
+    split = torch.load(tmp_path / "logits.pt")
+    for a, b in zip(split, tp_forward_logits(DecoderRunner(whole))):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)
+
+
+def test_shard_on_load_through_the_cli_is_exact_with_a_draft_of_its_own(tmp_path: Path):
+    """engine.shard_on_load=true at tensor_parallel=2: the ranks build their shares, a separate draft (tiny-qwen3,
+    replicated) drafts, and T=0 output equals target-only decoding at the same TP on every prompt."""
+    run(_cfg("target=tiny-qwen3-tp", "strategy=draft_model", "draft=tiny-qwen3", "strategy.k=3", "dataset=builtin",
+             "dataset.num_prompts=3", "max_new_tokens=10", "logger=none", "engine.tensor_parallel=2",
+             "engine.shard_on_load=true", f"+output_dir={tmp_path}"))
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["run"]["tensor_parallel"] == 2 and results["run"]["shard_on_load"] is True
+    assert results["exact_match"]["all_equal"] and results["exact_match"]["n"] == 3
+
+
+def test_shard_on_load_is_refused_where_a_rank_would_need_the_whole_target(tmp_path: Path):
+    base = ["dataset=builtin", "dataset.num_prompts=1", "logger=none", "engine.shard_on_load=true",
+            f"+output_dir={tmp_path}"]
+    with pytest.raises(ConfigError, match=r"shard_on_load=true with engine.tensor_parallel=1; allowed: tensor_parallel "
+                                          r">= 2"):
+        run(_cfg("target=tiny-qwen3-tp", "strategy=none", *base))
+    with pytest.raises(ConfigError, match=r"shard_on_load=true with draft='tiny-qwen3-tp', the target itself"):
+        run(_cfg("target=tiny-qwen3-tp", "strategy=draft_model", "draft=self", "engine.tensor_parallel=2", *base))
+    with pytest.raises(ConfigError, match=r"shard_on_load=true with strategy LayerSkipProposer"):
+        run(_cfg("target=tiny-qwen3-tp", "strategy=layer_skip", "engine.tensor_parallel=2", *base))
+    with pytest.raises(ConfigError, match=r"shard_on_load=true with target 'smollm2-135m' \(source 'preset'\)"):
+        run(_cfg("target=smollm2-135m", "strategy=none", "engine.tensor_parallel=3", *base))
+    share = load_model(resolve_spec({"name": "tiny-qwen3-tp"}, "target"), "cpu", torch.float32, shard=(1, 2)).model
+    with pytest.raises(ValueError, match=r"holds tensor-parallel rank 1's share of 2 only"):
+        DecoderRunner(share)  # a runner that is not rank 1's (a draft reusing the target)
