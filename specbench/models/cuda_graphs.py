@@ -6,7 +6,10 @@ vocab_size, device, dtype, max_len). A forward of T <= `max_graph_tokens` new to
 columns, want_hidden, hidden_layers, and for a tree whether it comes as a mask or as ancestor paths
 of width E): inputs are copied into static buffers (rows past the batch padded to the bucket and
 pointed at a scratch slot), and the outputs are views of the graph's static outputs, valid until
-the next call with the same key. Larger forwards (prefill) run eagerly.
+the next call with the same key. A one-row prefill (batch 1, or one admitted row under narrow()) is padded to a
+PREFILL_BUCKETS length and replayed too, on a scratch row of cache copied into its row after (`_prefill`: eagerly
+launched, such a prefill waited on the host: 13.9 ms for Qwen3-8B at 128 tokens, of which the GPU worked 5.6;
+experiments/gpu/probe_prefill-run1.txt). Larger forwards (batched prefills) run eagerly.
 
 Trees (a verify over N draft nodes, a dynamic tree's frontier forward) are graphed like chains: their
 cache slots and their tree (mask [B, T, T] or path [B, T, E]) are static inputs too, and the mask is
@@ -34,6 +37,8 @@ from specbench.models.decoder import DECODE_KERNEL_MAX_T, DecoderRunner, Forward
 from specbench.models.runner import Runner, RunnerWrapper
 
 BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256)
+# one-row prefills (continuous batching's admissions, batch-1 runs) are padded to one of these lengths and replayed
+PREFILL_BUCKETS = (64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 MAX_TREE_TOKENS = 64  # trees of up to this many tokens per row (pending token included) replay graphs
 SLOT_ROUND = 128  # cache slots are allocated in multiples of this (+1 scratch slot), so batches reuse graphs
 
@@ -44,6 +49,11 @@ _CAPTURES = 0  # graphs captured in this process, by every GraphedRunner
 def graph_captures() -> int:
     """How many CUDA graphs this process has captured so far (run() reports those captured while timing)."""
     return _CAPTURES
+
+
+def prefill_bucket(t: int) -> int | None:
+    """The padded length a one-row prefill of t tokens replays at; None above the largest (it runs eagerly)."""
+    return next((b for b in PREFILL_BUCKETS if b >= t), None)
 
 
 def bucket(batch_size: int, buckets: tuple[int, ...] = BATCH_BUCKETS) -> int:
@@ -70,9 +80,14 @@ class GraphedRunner(RunnerWrapper):
     """A DecoderRunner whose small forwards replay CUDA graphs (see the module docstring)."""
 
     def __init__(self, runner: DecoderRunner, capture: bool | None = None, max_graph_tokens: int = DECODE_KERNEL_MAX_T,
-                 buckets: tuple[int, ...] = BATCH_BUCKETS, max_tree_tokens: int = MAX_TREE_TOKENS) -> None:
+                 buckets: tuple[int, ...] = BATCH_BUCKETS, max_tree_tokens: int = MAX_TREE_TOKENS,
+                 prefill_graphs: bool | None = None) -> None:
         self.runner = runner
         self.capture = runner.device.type == "cuda" if capture is None else capture
+        # one-row prefills padded to PREFILL_BUCKETS and replayed (default: where graphs are captured; the CPU tests
+        # turn it on to run the same code eagerly)
+        self.prefill_graphs = self.capture if prefill_graphs is None else prefill_graphs
+        self.scratch: tuple[torch.Tensor, torch.Tensor] | None = None  # one row of K and V cache for those prefills
         self.max_graph_tokens = max_graph_tokens
         self.max_tree_tokens = max_tree_tokens
         self.buckets = buckets
@@ -102,6 +117,7 @@ class GraphedRunner(RunnerWrapper):
         rows = max(rows, self.rows)
         slots = max(-(-(max_len + 1) // SLOT_ROUND) * SLOT_ROUND, self.max_len)
         self.drop_graphs()  # they point at the old cache
+        self.scratch = None
         self.runner.allocate(rows, slots)
 
     def drop_graphs(self) -> None:
@@ -137,6 +153,11 @@ class GraphedRunner(RunnerWrapper):
                 tree_mask: torch.Tensor | None = None, tree_path: torch.Tensor | None = None) -> ForwardOutput:
         bsz, t = tokens.shape
         tree = tree_mask if tree_mask is not None else tree_path
+        if (self.prefill_graphs and bsz == 1 and t > self.max_graph_tokens and attn_len == t and tree is None
+                and slots is None and self.runner.k_cache is not None):
+            padded = prefill_bucket(t)
+            if padded is not None and padded < self.runner.max_len:  # the last slot is the scratch slot
+                return self._prefill(tokens, padded, logits_at, want_hidden, hidden_layers)
         limit = self.max_graph_tokens if tree is None else self.max_tree_tokens
         if t > limit or bsz > self.rows or self.eager:
             return self.runner(tokens, positions, attn_len=attn_len, logits_at=logits_at, want_hidden=want_hidden,
@@ -168,7 +189,90 @@ class GraphedRunner(RunnerWrapper):
         return ForwardOutput(logits=out.logits[:bsz], hidden=None if out.hidden is None else out.hidden[:bsz],
                              layer_hidden=[h[:bsz] for h in out.layer_hidden])
 
+    def _prefill(self, tokens: torch.Tensor, padded: int, logits_at: torch.Tensor | None, want_hidden: bool,
+                 hidden_layers: tuple[int, ...]) -> ForwardOutput:
+        """A one-row prefill of t tokens at positions 0..t-1 (attn_len == t says so), padded to `padded` tokens and
+        replayed from a graph captured once per (padded, logits_at columns, want_hidden, hidden_layers). The graph
+        writes a scratch row of cache, whatever row (narrow()) the prefill is for: its K and V are then copied into
+        that row's first `padded` slots. The pad tokens sit after the prompt (causal: no real token sees them) and
+        their slots are rewritten by decoding before anything reads them, as with right-padded static batches.
+        Same inputs, same graph: a prompt's prefill does not depend on the batch, the slot or the scheduler.
+        Outputs are copies (the next admission replays the same graph)."""
+        t = tokens.shape[1]
+        key = ("prefill", padded, None if logits_at is None else logits_at.shape[1], bool(want_hidden),
+               tuple(hidden_layers))
+        if self.scratch is None:
+            kc = self.runner.k_cache
+            shape = (kc.shape[0], 1, *kc.shape[2:])
+            self.scratch = (kc.new_zeros(shape), self.runner.v_cache.new_zeros(shape))
+        g = self.graphs.get(key)
+        if g is None:
+            g = self._build_prefill(key)
+        g.tokens[:, :t].copy_(tokens)
+        g.tokens[:, t:].zero_()
+        if logits_at is not None:
+            g.logits_at.copy_(logits_at)
+        if g.graph is not None:
+            g.graph.replay()
+        else:
+            with self._on_scratch():
+                g.out = self._run_prefill(g, key)
+        g.replays += 1
+        self.runner.k_cache[:, :1, :, :padded].copy_(self.scratch[0][:, :, :, :padded])
+        self.runner.v_cache[:, :1, :, :padded].copy_(self.scratch[1][:, :, :, :padded])
+        out = g.out
+        cut = slice(None) if logits_at is not None else slice(0, t)
+        hidden = None if out.hidden is None else out.hidden[:, :t].clone()
+        return ForwardOutput(logits=out.logits[:, cut].clone(), hidden=hidden,
+                             layer_hidden=[h[:, :t].clone() for h in out.layer_hidden])
+
+    @contextmanager
+    def _on_scratch(self) -> Iterator[None]:
+        """The runner's cache is the scratch row meanwhile (what a prefill graph is captured on)."""
+        saved = self.runner.k_cache, self.runner.v_cache
+        self.runner.k_cache, self.runner.v_cache = self.scratch
+        try:
+            yield
+        finally:
+            self.runner.k_cache, self.runner.v_cache = saved
+
+    def _run_prefill(self, g: _Graph, key: tuple) -> ForwardOutput:
+        _, padded, _, want_hidden, hidden_layers = key
+        return self.runner(g.tokens, g.positions, attn_len=padded, logits_at=g.logits_at, want_hidden=want_hidden,
+                           hidden_layers=hidden_layers)
+
+    def _build_prefill(self, key: tuple) -> _Graph:
+        padded, n_at = key[1], key[2]
+        dev = self.device
+        g = _Graph(tokens=torch.zeros((1, padded), dtype=torch.long, device=dev),
+                   positions=torch.arange(padded, device=dev)[None],
+                   logits_at=None if n_at is None else torch.zeros((1, n_at), dtype=torch.long, device=dev))
+        if self.capture:
+            with self._on_scratch():
+                self._capture(g, lambda: self._run_prefill(g, key))
+        self.graphs[key] = g
+        return g
+
     # capture ----------------------------------------------------------------------------------
+    def _capture(self, g: _Graph, run: Any) -> None:
+        """Warm `run` up on a side stream (Triton compiles, cuBLAS picks), then capture it into g.graph."""
+        dev = self.device
+        stream = torch.cuda.Stream(device=dev)
+        stream.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                run()
+        torch.cuda.current_stream(dev).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            g.out = run()
+        if self.pool is None:
+            self.pool = graph.pool()
+        g.graph = graph
+        self.captures += 1
+        global _CAPTURES
+        _CAPTURES += 1
+
     def _run(self, g: _Graph, key: tuple) -> ForwardOutput:
         _, _, _, want_hidden, hidden_layers, kind = key
         mask = kind is not None and kind[0] == "mask"
@@ -197,21 +301,7 @@ class GraphedRunner(RunnerWrapper):
                       else torch.zeros((bb, t, kind[1]), dtype=torch.long, device=dev))
             self._root_only(g.tree)
         if self.capture:
-            stream = torch.cuda.Stream(device=dev)
-            stream.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(stream):
-                for _ in range(2):  # compile the Triton kernels, warm cuBLAS
-                    self._run(g, key)
-            torch.cuda.current_stream(dev).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
-                g.out = self._run(g, key)
-            if self.pool is None:
-                self.pool = graph.pool()
-            g.graph = graph
-            self.captures += 1
-            global _CAPTURES
-            _CAPTURES += 1
+            self._capture(g, lambda: self._run(g, key))
         self.graphs[key] = g
         return g
 

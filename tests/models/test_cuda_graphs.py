@@ -110,3 +110,61 @@ def test_engine_with_graphed_runners_is_lossless(tree):
     rows = Engine(target, prop, Verifier(sp, "cpu"), max_new_tokens=12, eos_ids=set(),
                   device=torch.device("cpu")).generate(prompts)[0]
     assert [r.output_ids for r in rows] == [r.output_ids for r in ref]
+
+
+def test_a_one_row_prefill_is_padded_replayed_and_lands_in_its_row():
+    """A prefill of one row (batch 1, or an admission under narrow()) longer than max_graph_tokens runs padded to a
+    PREFILL_BUCKETS length on a scratch row (here eagerly, as on the CPU; captured on CUDA), then its K and V are
+    copied into its own row: the logits and cache entries are the unpadded prefill's (fp32: up to summation order),
+    the other rows are untouched, and decoding after it matches."""
+    m = tiny("tiny-qwen3")
+    plain, graphed = DecoderRunner(m.model), GraphedRunner(DecoderRunner(m.model), prefill_graphs=True)
+    plain.allocate(3, 300)
+    graphed.allocate(3, 300)
+    plain.allocate(3, graphed.max_len)  # the same slots in both
+    g = torch.Generator().manual_seed(4)
+    seq = torch.randint(0, 101, (1, 90), generator=g)
+    p = 70
+    with plain.narrow(1, 2), graphed.narrow(1, 2):
+        a = plain(seq[:, :p], torch.arange(p)[None], attn_len=p, logits_at=torch.tensor([[p - 1]]), want_hidden=True)
+        b = graphed(seq[:, :p], torch.arange(p)[None], attn_len=p, logits_at=torch.tensor([[p - 1]]), want_hidden=True)
+    assert ("prefill", 128, 1, True, ()) in graphed.graphs
+    assert b.logits.shape == (1, 1, 101) and b.hidden.shape == a.hidden.shape == (1, p, 48)
+    torch.testing.assert_close(b.logits, a.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(b.hidden, a.hidden, atol=1e-5, rtol=1e-5)
+    kc = graphed.runner.k_cache
+    torch.testing.assert_close(kc[:, 1, :, :p], plain.k_cache[:, 1, :, :p], atol=1e-5, rtol=1e-5)
+    assert not kc[:, 0].any() and not kc[:, 2].any()  # the other rows: untouched
+    # decoding the row on: its cache past the prompt (the pad tokens' slots) is rewritten before it is read
+    for pos in range(p, p + 6):
+        tok, at = seq[:, pos:pos + 1], torch.tensor([[pos]])
+        with plain.narrow(1, 2), graphed.narrow(1, 2):
+            a, b = plain(tok, at, attn_len=pos + 1), graphed(tok, at, attn_len=pos + 1)
+        torch.testing.assert_close(b.logits, a.logits, atol=1e-5, rtol=1e-5)
+    # no logits_at: every real position's logits, not the pads'
+    full = graphed(seq[:, :20], torch.arange(20)[None], attn_len=20)
+    assert full.logits.shape == (1, 20, 101) and ("prefill", 64, None, False, ()) in graphed.graphs
+
+
+@pytest.mark.parametrize("concurrency", [None, 2])
+def test_engine_with_padded_prefills_is_lossless(concurrency):
+    """Greedy draft_model with both runners' one-row prefills padded and replayed (static batch 1, and continuous
+    batching over 2 slots, whose admissions are one-row prefills into their rows) emits target-only greedy tokens."""
+    t, d = tiny("tiny-qwen3"), tiny("tiny-qwen3", seed=1)
+    sp = SamplingParams()
+    target = GraphedRunner(DecoderRunner(t.model), prefill_graphs=True)
+    ctx = BuildContext(target=t, target_runner=target, draft=d, sampling=sp, device=torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 101, (n,), generator=g).tolist() for n in (40, 17, 70, 23)]
+    ref = Engine(DecoderRunner(t.model), TargetOnly(ctx), Verifier(sp, "cpu"), max_new_tokens=12, eos_ids=set(),
+                 device=torch.device("cpu"))
+    expected = [ref.generate([p])[0][0].output_ids for p in prompts]
+    prop = DraftModelProposer(ctx, k=3)
+    prop.runner = GraphedRunner(prop.runner, prefill_graphs=True)
+    engine = Engine(target, prop, Verifier(sp, "cpu"), max_new_tokens=12, eos_ids=set(), device=torch.device("cpu"))
+    if concurrency is None:
+        rows = [engine.generate([p])[0][0] for p in prompts]
+    else:
+        rows = engine.generate(prompts, concurrency=concurrency)[0]
+    assert [r.output_ids for r in rows] == expected
+    assert any(key[0] == "prefill" for key in target.graphs) and any(key[0] == "prefill" for key in prop.runner.graphs)
