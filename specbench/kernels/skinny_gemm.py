@@ -175,11 +175,11 @@ def _launch(x, w, bias, cfg, may_split, silu=False, block_m=TILE_M):
     return out
 
 
-def _tune(x, w, bias, may_split, silu=False, block_ms: tuple[int, ...] = (), wide: bool = False) -> tuple:
+def _tune(x, w, bias, may_split, silu=False, block_ms: tuple[int, ...] = (), wide: bool = False) -> tuple | None:
     """The fastest candidate on x's rows, among those that also launch at every tile height in `block_ms` (a
     configuration tuned on 16 rows may need more shared memory than the device has at 64: H200, 2026-12-01).
     block_ms given = the invariant path: only candidates that sum in `invariant_split`'s order; wide: its 128-row
-    tiles, timed at that height."""
+    tiles, timed at that height. None when no candidate launched."""
     n, k = w.shape
     sms = _sms(x.device)
     invariant = bool(block_ms)
@@ -210,9 +210,6 @@ def _tune(x, w, bias, may_split, silu=False, block_ms: tuple[int, ...] = (), wid
             continue
         if ms < best_ms:
             best, best_ms = cfg, ms
-    if best is None:
-        return _invariant_default(n, k, sms, may_split and bias is None, wide) if invariant else _heuristic(
-            n, k, sms, may_split)
     return best
 
 
@@ -233,12 +230,12 @@ def _config(key: tuple, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | N
         capturing = x.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         wide = key[0] == "inv-wide"
         block_ms = (WIDE_BLOCK_M,) if wide else (INVARIANT_BLOCK_MS if key[0] == "inv" else ())
-        if x.device.type == "cuda" and not capturing and not _INTERPRETED:
-            cfg = _agree(_tune(x, w, bias, may_split, silu, block_ms, wide), x.device)
-        elif block_ms:
-            cfg = _invariant_default(w.shape[0], w.shape[1], _sms(x.device), may_split, wide)
+        n, k, sms = w.shape[0], w.shape[1], _sms(x.device)
+        untimed = _invariant_default(n, k, sms, may_split, wide) if block_ms else _heuristic(n, k, sms, may_split)
+        if x.device.type == "cuda" and not capturing and not _INTERPRETED:  # untimed: when no candidate launched
+            cfg = _agree(_tune(x, w, bias, may_split, silu, block_ms, wide) or untimed, x.device)
         else:
-            cfg = _heuristic(w.shape[0], w.shape[1], _sms(x.device), may_split)
+            cfg = untimed
         _TUNED[key] = cfg
     return cfg
 
