@@ -381,6 +381,13 @@ class Proposer(ABC):
                 self.draft_forward(state.tokens[rows, first:p], at, self._features_before(at, rows), attn_len=p)
         self.seen[rows] = [max(m, first) for m in plens]
 
+    @staticmethod
+    def admitted_tokens(state: DecodeState, lo: int, hi: int) -> list[list[int]]:
+        """Rows lo..hi-1's committed tokens (prompt and first token) on the host, one copy for the rows, for a
+        strategy that keeps the sequences on the host (lookup tables, a draft with another tokenizer)."""
+        rows = state.tokens[lo:hi, : max(state.lengths_host[lo:hi])].tolist()
+        return [row[:n] for row, n in zip(rows, state.lengths_host[lo:hi])]
+
     @contextmanager
     def draft_rows(self, state: DecodeState, lo: int, hi: int) -> Iterator[None]:
         """owns_kv_cache: within the block the draft's cache holds rows lo..hi-1 only (as its rows 0..), for admit()'s

@@ -210,9 +210,8 @@ class CrossTokenizerProposer(DraftModelProposer):
 
     def admit(self, state: DecodeState, lo: int, hi: int, *prefill: Any) -> None:
         super().admit(state, lo, hi, *prefill)
-        host = state.tokens[lo:hi, : max(state.lengths_host[lo:hi])].tolist()
-        for b, row in zip(range(lo, hi), host):
-            self.host[b] = row[: state.lengths_host[b]]
+        for b, row in zip(range(lo, hi), self.admitted_tokens(state, lo, hi)):
+            self.host[b] = row
             self.rows[b] = _Row(head=list(self.prefix))  # nothing cached: its first lookup feeds it from position 0
         # the draft's sequences may be longer than the target's (a finer tokenizer): room for 2x the new tokens, grown
         # (and re-fed from scratch) if a row ever needs more

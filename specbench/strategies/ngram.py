@@ -162,8 +162,8 @@ class NgramProposer(Proposer):
 
     def admit(self, state: DecodeState, lo: int, hi: int, *prefill: Any) -> None:
         super().admit(state, lo, hi, *prefill)
-        p = max(state.lengths_host[lo:hi])
-        self.host[lo:hi, :p] = state.tokens[lo:hi, :p].cpu().numpy()  # prompts and the first token, once per row
+        for b, row in zip(range(lo, hi), self.admitted_tokens(state, lo, hi)):  # prompts and the first token
+            self.host[b, : len(row)] = row
         self.host_lengths[lo:hi] = state.lengths_host[lo:hi]
 
     def lookup(self, state: DecodeState) -> torch.Tensor | Draft:

@@ -301,9 +301,8 @@ class SuffixProposer(Proposer):
         # continuous batching: a request that ended at its first token was not seen to finish (commit() was not
         # called): its output goes to the global trie before its row takes the next request
         self._finish([on and not lo <= b < hi for b, on in enumerate(self.running)])
-        host = state.tokens[lo:hi, : max(state.lengths_host[lo:hi])].cpu().tolist()  # prompts and the first token
-        for b, row in zip(range(lo, hi), host):
-            self.seqs[b] = row[: state.lengths_host[b]]
+        for b, row in zip(range(lo, hi), self.admitted_tokens(state, lo, hi)):  # prompts and the first token
+            self.seqs[b] = row
             self.prompt_lengths[b] = state.prompt_lengths[b]
             trie, active = SuffixTrie(self.max_depth), []
             for token in self.seqs[b]:
