@@ -15,6 +15,15 @@ import torch
 from specbench.models.loading import LoadedModel, load_model, resolve_spec
 
 
+def cut_at_commonest_token(outputs: list[list[int]]) -> tuple[int, list[list[int]]]:
+    """(stop, each output cut after its first stop): stop is the token found in the most outputs (once per output,
+    away from its first and last two tokens; the smallest id among ties), so as a stop token it ends some outputs
+    early and leaves others whole (the continuous-batching tests, CPU and GPU)."""
+    counts = torch.bincount(torch.tensor([t for out in outputs for t in set(out[1:-2])], dtype=torch.long))
+    stop = int(counts.argmax())
+    return stop, [out[: out.index(stop) + 1] if stop in out else out for out in outputs]
+
+
 def tiny(name: str = "tiny-llama", seed: int = 0) -> LoadedModel:
     spec = resolve_spec({"name": name, "init_seed": seed}, "target")
     return load_model(spec, "cpu", torch.float32)

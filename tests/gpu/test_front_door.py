@@ -23,6 +23,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from specbench_testing import cut_at_commonest_token
 from specbench.run import CONF_DIR, available_strategies, run
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU suite needs CUDA")]
@@ -185,12 +186,7 @@ def test_continuous_batching_is_exact_8b(tmp_path: Path):
     alone = run(_cfg(*COMMON, *PAIR_8B, "strategy=draft_model", "strategy.k=3", f"output_dir={tmp_path / 'b1'}"))
     full = [o["baseline_output_token_ids"] for o in alone.outputs]
     assert [o["output_token_ids"] for o in alone.outputs] == full
-    counts: dict[int, int] = {}
-    for out in full:
-        for t in set(out[1:-2]):
-            counts[t] = counts.get(t, 0) + 1
-    stop = max(counts, key=counts.get)
-    expected = [out[: out.index(stop) + 1] if stop in out else out for out in full]
+    stop, expected = cut_at_commonest_token(full)
     assert len({len(e) for e in expected}) > 1, "the stop token should end the prompts at different lengths"
     for draft, temperature in (("qwen3-0.6b-random", 0), ("self", 0), ("self", 1)):
         r = run(_cfg("logger=none", "dataset=builtin", "max_new_tokens=32", "target=qwen3-8b-random", f"draft={draft}",

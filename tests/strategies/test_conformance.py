@@ -28,7 +28,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from specbench_testing import chisquare_pvalue, perturbed, resample_from_p, tiny, tree_resample_from_p
+from specbench_testing import chisquare_pvalue, cut_at_commonest_token, perturbed, resample_from_p, tiny, tree_resample_from_p
 from specbench.engine import Engine
 from specbench.models.loading import LoadedModel
 from specbench.models.runner import make_runner
@@ -135,8 +135,7 @@ def test_continuous_batching_output_equals_plain_greedy_decoding(strategy, extra
     prompts = [tuple(o["prompt_token_ids"]) for o in _run("none", target, tmp_path / "ids").outputs]
     reference = [_plain_greedy(target, p, MAX_NEW)[0] for p in prompts]
     # a stop token that ends some references early and others not at all: rows finish at different steps
-    stop = _commonest(reference)
-    expected = [ref[: ref.index(stop) + 1] if stop in ref else ref for ref in reference]
+    stop, expected = cut_at_commonest_token(reference)
     assert len({len(e) for e in expected}) > 1, "the stop token should end the prompts at different lengths"
     needs_draft = _strategy_class(strategy).needs_draft_model
     settings = [f"engine.stop_token_ids=[{stop}]", *_settings(extra),
@@ -149,12 +148,6 @@ def test_continuous_batching_output_equals_plain_greedy_decoding(strategy, extra
     alone = _run(strategy, target, tmp_path / "b1", "engine.batch_size=1", *settings)
     accepted = lambda r: [(o["metrics"]["drafts"], o["metrics"]["accepted_tokens"]) for o in r.outputs]  # noqa: E731
     assert accepted(report) == accepted(alone)
-
-
-def _commonest(outputs: list[list[int]]) -> int:
-    """The token found in the most outputs (once per output, away from its first and last two tokens; the smallest
-    id among ties): as a stop token it ends some outputs early and leaves others whole."""
-    return int(np.bincount([t for out in outputs for t in set(out[1:-2])]).argmax())
 
 
 # --- b) a self-draft accepts everything -------------------------------------------------------------
@@ -179,7 +172,8 @@ def test_a_self_draft_accepts_every_token_under_continuous_batching(strategy, ex
     settings = _settings(_self_draft_tree(extra, temperature))
     stops = list(range(0, 101, 7))
     if temperature == 0:
-        stops = [_commonest([o["output_token_ids"] for o in _run("none", target, tmp_path / "ids").outputs])]
+        outputs = [o["output_token_ids"] for o in _run("none", target, tmp_path / "ids").outputs]
+        stops = [cut_at_commonest_token(outputs)[0]]
     report = _run(strategy, target, tmp_path / "cb", "draft=self", "engine.batch_size=2", "engine.scheduler=continuous",
                   f"engine.stop_token_ids={stops}", *settings, f"sampling.temperature={temperature}")
     assert len({len(o["output_token_ids"]) for o in report.outputs}) > 1, "rows should end at different steps"
