@@ -1,0 +1,68 @@
+"""Our decoder's bf16 `cpu_invariant` forward of SmolLM2-135M (packaged weights) at a 300-token prefix: a 1-token
+forward, a 4-token chain verify and a 9-node tree verify, alternating, median ms per forward.
+
+    OMP_NUM_THREADS=2 python experiments/cpu/bench_tree_verify.py            # add "profile" for torch.profiler's table
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import torch
+
+import specbench.models.decoder as dec
+from specbench.models.loading import load_model, resolve_spec
+
+PREFIX = 300
+PARENTS = [-1, 0, 0, 0, 0, 1, 1, 5, 7]  # node i's parent: the root, four children, then a branch to depth 4
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    model = load_model(resolve_spec({"name": "smollm2-135m"}, "target"), torch.device("cpu"), torch.bfloat16).model
+    runner = dec.DecoderRunner(model)
+    assert runner.cpu_invariant, "this CPU has no oneDNN bf16 GEMMs"
+    runner.allocate(1, 512)
+    runner(torch.randint(0, 40000, (1, PREFIX)), torch.arange(PREFIX)[None], attn_len=PREFIX)
+
+    def path_of(i: int) -> list[int]:
+        path = []
+        while i >= 0:
+            path.append(i)
+            i = PARENTS[i]
+        return path[::-1]
+
+    paths = [path_of(i) for i in range(len(PARENTS))]
+    depth = max(map(len, paths))
+    tree_path = torch.tensor([[[PREFIX + j for j in p] + [PREFIX] * (depth - len(p)) for p in paths]])
+    tree_pos = torch.tensor([[PREFIX + len(p) - 1 for p in paths]])
+    n = len(PARENTS)
+    tokens = torch.randint(0, 40000, (1, n))
+    forwards = {
+        "1 token": lambda: runner(tokens[:, :1], torch.tensor([[PREFIX]]), attn_len=PREFIX + 1),
+        "4-token chain": lambda: runner(tokens[:, :4], torch.arange(PREFIX, PREFIX + 4)[None], attn_len=PREFIX + 4),
+        f"{n}-node tree": lambda: runner(tokens, tree_pos, attn_len=PREFIX + n,
+                                         slots=torch.arange(PREFIX, PREFIX + n)[None], tree_path=tree_path),
+    }
+    for f in forwards.values():
+        f(), f()
+    ms: dict[str, list[float]] = {name: [] for name in forwards}
+    for _ in range(8):
+        for name, f in forwards.items():
+            t0 = time.perf_counter()
+            f(), f(), f()
+            ms[name].append((time.perf_counter() - t0) / 3 * 1e3)
+    for name, m in ms.items():
+        print(f"{name}: {statistics.median(m):.1f} ms")
+    if sys.argv[1:] == ["profile"]:
+        from torch.profiler import profile
+        with profile() as prof:
+            for _ in range(3):
+                forwards[f"{n}-node tree"]()
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+
+
+if __name__ == "__main__":
+    main()
