@@ -2,8 +2,9 @@
 speculative side by side; static batches as separate markers. Left: tok/s (log-log); right: speculative over
 target-only, the line where speculation stops paying.
 
-    python experiments/continuous/plot.py experiments/continuous/run2/table.md:"run 2" \
-        experiments/continuous/run1/table.md:"run 1" --out experiments/continuous/plot.png
+    python experiments/continuous/plot.py experiments/continuous/run3/table.md:"run 3 (4d1c5fb)" \
+        experiments/continuous/run2/table.md:"run 2 (629b672)" experiments/continuous/run1/table.md:"run 1" \
+        --out experiments/continuous/plot.png
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def main() -> None:
     for i, spec_arg in enumerate(args.tables):
         path, _, label = spec_arg.partition(":")
         rows = read(Path(path))
-        style = "-" if i == 0 else "--"
+        style = ("-", "--", ":", "-.")[i % 4]  # the first table solid, older runs fainter styles
         cont = sorted(r for r in rows if r[0] == "continuous")
         xs = [r[1] for r in cont]
         ax.plot(xs, [r[2] for r in cont], style, marker="o", color="tab:blue", label=f"{label}: target-only")
