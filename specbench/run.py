@@ -28,7 +28,8 @@ from specbench.engine import BatchTiming, Engine, RowResult
 from specbench.errors import ConfigError, unknown
 from specbench.logging import NullLogger, make_logger, results_table, write_json_atomic, write_jsonl_atomic
 from specbench.metrics import exact_match, prompt_metrics, speedup, summarize, throughput_speedup
-from specbench.models.loading import DTYPES, LoadedModel, ModelSpec, load_model, resolve_spec, suggested_draft
+from specbench.models.loading import (DTYPES, LoadedModel, ModelSpec, load_model, model_type_of, needs_hf_tp,
+                                      resolve_spec, suggested_draft)
 from specbench.models.multimodal import image_processor_for, make_vlm_aware_runner
 from specbench.models.cuda_graphs import cuda_graphs_default, graph_captures, maybe_graphed
 from specbench.models.decoder import cpu_bf16_invariant
@@ -134,16 +135,13 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
         raise unknown("engine.dtype", dtype_name, ["auto", *DTYPES])
     if e.backend not in BACKENDS:
         raise unknown("engine.backend", e.backend, BACKENDS)
-    if e.tensor_parallel > 1 and e.backend == "transformers":
-        raise ConfigError(f"engine.tensor_parallel={e.tensor_parallel} with engine.backend=transformers; allowed: "
-                          f"tensor_parallel=1 there, or engine.backend=auto / native (our decoder splits the target)")
     if e.tensor_parallel > 1 and device.type == "cuda" and env_rank() is None and torch.cuda.device_count() < e.tensor_parallel:
         raise ConfigError(f"engine.tensor_parallel={e.tensor_parallel} but {torch.cuda.device_count()} CUDA device(s) are "
                           f"visible; allowed: at most that many ranks (or engine.device=cpu: gloo processes)")
     if e.tensor_parallel > 1 and target.known:  # presets, a local config.json: before anything loads
         raise_if_unshardable(target.known, e.tensor_parallel, target.label)
     if e.shard_on_load:
-        raise_if_cannot_shard_on_load(e.tensor_parallel, target, draft, cls)
+        raise_if_cannot_shard_on_load(e.tensor_parallel, target, draft, cls, e.backend)
     cls.validate_for_target(strategy_cfg, target, e.backend)  # the strategy's settings against the target's known sizes
     max_new = c.max_new_tokens
     k = int(strategy_cfg.get("k") or 0)
@@ -169,15 +167,21 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
 
 
 def raise_if_cannot_shard_on_load(world: int, target: ModelSpec, draft: ModelSpec | None,
-                                   cls: type[Proposer]) -> None:
+                                   cls: type[Proposer], backend: str = "auto") -> None:
     """engine.shard_on_load builds each rank's share of random weights (loading._random_model): it needs ranks, a
-    random-weight target, and a draft of its own (a draft that is the target would need the whole of it)."""
+    random-weight target on our decoder, and a draft of its own (a draft that is the target would need the whole of
+    it)."""
     if world < 2:
         raise ConfigError(f"engine.shard_on_load=true with engine.tensor_parallel={world}; allowed: tensor_parallel >= 2 "
                           f"(each rank builds its share), or shard_on_load=false")
     if target.source != "random":
         raise ConfigError(f"engine.shard_on_load=true with target {target.label!r} (source {target.source!r}); allowed: "
                           f"random-weight targets (the *-random presets); a checkpoint loads whole on each rank, then splits")
+    model_type = model_type_of(target)
+    if needs_hf_tp(model_type, backend):
+        raise ConfigError(f"engine.shard_on_load=true with target {target.label!r} on transformers' forward "
+                          f"(engine.backend={backend}, model_type {model_type!r}); allowed: shard_on_load=false there "
+                          f"(transformers' tp_plan loads each rank's share), or our decoder (engine.backend=auto)")
     if draft is not None and draft == target:
         raise ConfigError(f"engine.shard_on_load=true with draft={draft.label!r}, the target itself; allowed: a draft "
                           f"model of its own (a draft that is the target would need its whole weights on every rank)")
@@ -352,7 +356,10 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     torch.manual_seed(p.sampling.seed)
 
     # models: load the target once; a draft equal to the target shares its weights (its own cache)
-    target = load_model(p.target, p.device, p.dtype, shard=(tp.rank, tp.world) if tp and p.shard_on_load else None)
+    # at tensor_parallel > 1 our decoder splits a whole-loaded target after loading; transformers splits the rest
+    hf_tp = tp is not None and not p.shard_on_load and needs_hf_tp(model_type_of(p.target), p.backend)
+    target = load_model(p.target, p.device, p.dtype, shard=(tp.rank, tp.world) if tp and p.shard_on_load else None,
+                        hf_tp=hf_tp)
     draft = None
     if p.draft is not None:
         draft = target if p.draft == p.target else load_model(p.draft, p.device, p.dtype)

@@ -175,10 +175,15 @@ class LoadedModel:
 
 
 def load_model(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype,
-               shard: tuple[int, int] | None = None) -> LoadedModel:
+               shard: tuple[int, int] | None = None, hf_tp: bool = False) -> LoadedModel:
     """Load weights and tokenizer for `spec` onto `device` in `dtype`. shard = (rank, world): random weights built as
-    that tensor-parallel rank's share only (engine.shard_on_load; `_random_model`)."""
+    that tensor-parallel rank's share only (engine.shard_on_load; `_random_model`). hf_tp: through transformers' own
+    tensor parallelism over the initialised process group (`tp_plan="auto"`: each rank keeps its share of the weights
+    as DTensors and the forward all-reduces), for a text model on transformers' forward (`needs_hf_tp`)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    if hf_tp:
+        return _load_hf_tp(spec, device, dtype)
 
     if shard is not None and spec.source != "random":
         raise ConfigError(f"engine.shard_on_load=true with target {spec.label!r} (source {spec.source!r}); allowed: "
@@ -200,6 +205,79 @@ def load_model(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype,
         tokenizer = AutoTokenizer.from_pretrained(spec.path, **kw)
     model = model.to(device=device, dtype=dtype).eval()
     model.requires_grad_(False)
+    return LoadedModel(spec=spec, model=model, tokenizer=tokenizer)
+
+
+def needs_hf_tp(model_type: str, backend: str) -> bool:
+    """Whether engine.tensor_parallel > 1 splits this text target through transformers (`load_model(hf_tp=True)`):
+    engine.backend=transformers, or an architecture our decoder does not cover (backend auto); our decoder splits the
+    rest itself (models/tensor_parallel.py)."""
+    from specbench.models.decoder import SUPPORTED_ARCHS
+
+    return backend == "transformers" or model_type not in SUPPORTED_ARCHS
+
+
+def model_type_of(spec: ModelSpec) -> str:
+    """A model's architecture (config.model_type) before loading it: from its preset or local config.json, else
+    from transformers' AutoConfig (a hub id, a GGUF file)."""
+    if spec.known and spec.known.get("model_type"):
+        return str(spec.known["model_type"])
+    from transformers import AutoConfig
+
+    if spec.source == "gguf":
+        path = Path(spec.path).expanduser()
+        return AutoConfig.from_pretrained(path.parent, gguf_file=path.name).model_type
+    return AutoConfig.from_pretrained(spec.path, trust_remote_code=spec.trust_remote_code,
+                                      revision=spec.revision).model_type
+
+
+def _hf_tp_kwargs() -> dict[str, Any]:
+    """transformers' tensor-parallel argument: DistributedConfig(tp_plan="auto") where it takes one (5.24), else the
+    older `tp_plan="auto"` keyword of from_pretrained (5.17)."""
+    try:
+        from transformers import DistributedConfig
+
+        return {"distributed_config": DistributedConfig(tp_plan="auto")}
+    except (ImportError, TypeError):
+        return {"tp_plan": "auto"}
+
+
+def _load_hf_tp(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype) -> LoadedModel:
+    """load_model(hf_tp=True): from_pretrained with transformers' tensor-parallel plan on every rank. Random weights
+    are built whole on the CPU from the preset's seed (the same on every rank), saved to a temporary directory of this
+    rank's, and loaded from there, so they equal tensor_parallel=1's on the CPU."""
+    import tempfile
+
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    kw: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="specbench-tp-") as tmp:
+        if spec.source == "random":
+            from safetensors.torch import save_model
+
+            whole = _random_model(spec, dtype, "cpu")  # written by hand: save_pretrained writes on rank 0 only
+            whole.config.save_pretrained(tmp)
+            save_model(whole, str(Path(tmp) / "model.safetensors"))
+            directory, tokenizer = Path(tmp), ByteTokenizer(int(whole.get_output_embeddings().weight.shape[0]))
+            del whole
+        elif spec.source == "preset":
+            directory = _packaged_dir(spec.name)
+            tokenizer = AutoTokenizer.from_pretrained(directory)
+        elif spec.source == "gguf":
+            path = Path(spec.path).expanduser()
+            directory, kw = path.parent, {"gguf_file": path.name}
+            tokenizer = AutoTokenizer.from_pretrained(directory, **kw)
+        else:
+            directory, kw = spec.path, dict(trust_remote_code=spec.trust_remote_code, revision=spec.revision)
+            tokenizer = AutoTokenizer.from_pretrained(directory, **kw)
+        config = AutoConfig.from_pretrained(directory, **kw)
+        if _auto_class(config) is not AutoModelForCausalLM:
+            raise ConfigError(f"engine.tensor_parallel > 1 with the vision-language target {spec.label!r}; allowed: "
+                              f"tensor_parallel=1 (VLMRunner is not split)")
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, **kw, **_hf_tp_kwargs())
+    model = model.to(dtype=dtype).eval()
+    model.requires_grad_(False)
+    model._specbench_hf_tp = torch.distributed.get_world_size()
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer)
 
 

@@ -314,9 +314,9 @@ def make_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | No
         raise unknown("architecture for engine.backend=native", hf_model.config.model_type, SUPPORTED_ARCHS,
                       hint="use engine.backend=auto or transformers")
     if backend == "transformers" or not native:
-        if tp is not None and tp.world > 1:
+        if tp is not None and tp.world > 1 and getattr(hf_model, "_specbench_hf_tp", None) != tp.world:
             raise ConfigError(f"engine.tensor_parallel={tp.world} with {hf_model.config.model_type!r} on transformers' "
-                              f"forward; allowed: tensor_parallel=1 there (our decoder splits {sorted(SUPPORTED_ARCHS)} "
-                              f"with engine.backend=auto or native)")
+                              f"forward, but the model was loaded whole; allowed: a model loaded with "
+                              f"load_model(hf_tp=True) (transformers' tp_plan), as run() does")
         return TransformersRunner(hf_model, num_layers)
     return DecoderRunner(hf_model, num_layers, batch_invariant=batch_invariant, tp=tp)

@@ -97,12 +97,57 @@ def test_the_cli_starts_its_ranks_and_speculation_equals_target_only_at_tp_2(tmp
     assert report.results["exact_match"] == results["exact_match"]
 
 
+def _hf_tp_shapes_worker(rank: int, world: int, port: int, out: str) -> None:
+    """One gloo rank: tiny-qwen3-tp loaded through transformers' tp_plan; rank 0 saves its local q_proj / down_proj
+    shapes and its logits for a few tokens."""
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        model = load_model(resolve_spec({"name": "tiny-qwen3-tp"}, "target"), "cpu", torch.float32, hf_tp=True).model
+        layer = model.model.layers[0]
+        logits = model(torch.tensor([[3, 1, 4, 1, 5]])).logits
+        if rank == 0:
+            torch.save({"q": tuple(layer.self_attn.q_proj.weight.to_local().shape),
+                        "down": tuple(layer.mlp.down_proj.weight.to_local().shape), "logits": logits}, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_hf_tp_loading_keeps_each_ranks_share_and_the_forward_is_the_whole(tmp_path: Path):
+    """load_model(hf_tp=True) over 2 gloo ranks: each rank holds half the query heads' rows and half the MLP's
+    columns (DTensor shares), and the logits equal the whole model's up to fp32 summation order."""
+    out = tmp_path / "hf_tp.pt"
+    mp.spawn(_hf_tp_shapes_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    got = torch.load(out)
+    whole = load_model(resolve_spec({"name": "tiny-qwen3-tp"}, "target"), "cpu", torch.float32).model
+    q, down = whole.model.layers[0].self_attn.q_proj.weight, whole.model.layers[0].mlp.down_proj.weight
+    assert got["q"] == (q.shape[0] // 2, q.shape[1]) and got["down"] == (down.shape[0], down.shape[1] // 2)
+    torch.testing.assert_close(got["logits"], whole(torch.tensor([[3, 1, 4, 1, 5]])).logits, atol=2e-5, rtol=1e-5)
+
+
+def test_transformers_forward_splits_through_tp_plan_at_tp_2(tmp_path: Path):
+    """engine.backend=transformers at tensor_parallel=2 (as for an architecture our decoder does not cover): each
+    rank loads its share through transformers' own tp_plan (DTensor weights, gloo) and runs transformers' forward;
+    T=0 output equals target-only decoding at the same TP on every prompt, and here also tensor_parallel=1's tokens."""
+    common = ("target=tiny-qwen3-tp", "strategy=draft_model", "draft=tiny-qwen3", "strategy.k=3", "dataset=builtin",
+              "dataset.num_prompts=3", "max_new_tokens=10", "logger=none", "engine.backend=transformers")
+    split = run(_cfg(*common, "engine.tensor_parallel=2", f"+output_dir={tmp_path / 'tp2'}"))
+    whole = run(_cfg(*common, f"+output_dir={tmp_path / 'tp1'}"))
+    results = json.loads((tmp_path / "tp2" / "results.json").read_text())
+    assert results["run"]["tensor_parallel"] == 2
+    assert results["exact_match"]["all_equal"] and results["exact_match"]["n"] == 3
+    tokens = [[o["baseline_output_token_ids"] for o in r.outputs] for r in (split, whole)]
+    assert tokens[0] == tokens[1]
+
+
 def test_bad_tensor_parallel_settings_are_refused_before_loading(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"engine.tensor_parallel=0; allowed: an integer >= 1"):
         run(_cfg("target=tiny-qwen3-tp", "engine.tensor_parallel=0", "logger=none", f"+output_dir={tmp_path}"))
-    with pytest.raises(ConfigError, match=r"tensor_parallel=2 with engine.backend=transformers"):
-        run(_cfg("target=tiny-qwen3-tp", "strategy=none", "engine.tensor_parallel=2", "engine.backend=transformers",
-                 "logger=none", f"+output_dir={tmp_path}"))
     # 3 query heads over 1 KV head: not over 2 ranks, refused from the preset's sizes before anything loads, and from
     # a loaded model's config
     with pytest.raises(ConfigError, match=r"tensor_parallel=2 for target 'tiny-llama'.*'num_attention_heads': 3, "
@@ -162,6 +207,10 @@ def test_shard_on_load_is_refused_where_a_rank_would_need_the_whole_target(tmp_p
         run(_cfg("target=tiny-qwen3-tp", "strategy=layer_skip", "engine.tensor_parallel=2", *base))
     with pytest.raises(ConfigError, match=r"shard_on_load=true with target 'smollm2-135m' \(source 'preset'\)"):
         run(_cfg("target=smollm2-135m", "strategy=none", "engine.tensor_parallel=3", *base))
+    with pytest.raises(ConfigError, match=r"shard_on_load=true with target 'tiny-qwen3-tp' on transformers' forward "
+                                          r"\(engine.backend=transformers, model_type 'qwen3'\)"):
+        run(_cfg("target=tiny-qwen3-tp", "strategy=none", "engine.tensor_parallel=2", "engine.backend=transformers",
+                 *base))
     share = load_model(resolve_spec({"name": "tiny-qwen3-tp"}, "target"), "cpu", torch.float32, shard=(1, 2)).model
     with pytest.raises(ValueError, match=r"holds tensor-parallel rank 1's share of 2 only"):
         DecoderRunner(share)  # a runner that is not rank 1's (a draft reusing the target)
