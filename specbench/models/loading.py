@@ -245,7 +245,8 @@ def _hf_tp_kwargs() -> dict[str, Any]:
 def _load_hf_tp(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype) -> LoadedModel:
     """load_model(hf_tp=True): from_pretrained with transformers' tensor-parallel plan on every rank. Random weights
     are built whole on the CPU from the preset's seed (the same on every rank), saved to a temporary directory of this
-    rank's, and loaded from there, so they equal tensor_parallel=1's on the CPU."""
+    rank's, and loaded from there, so they equal tensor_parallel=1's on the CPU. Where each share lives is
+    transformers' choice (this rank's cuda:LOCAL_RANK, which run() has made `device`, or the CPU)."""
     import tempfile
 
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
