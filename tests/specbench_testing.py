@@ -250,6 +250,27 @@ def tp_shard_on_load_worker(rank: int, world: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
+def tp_hf_plan_worker(rank: int, world: int, port: int, out: str) -> None:
+    """One gloo rank: tiny-qwen3-tp loaded through transformers' tp_plan; rank 0 saves its local q_proj / down_proj
+    shapes and its logits for a few tokens."""
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        model = load_model(resolve_spec({"name": "tiny-qwen3-tp"}, "target"), "cpu", torch.float32, hf_tp=True).model
+        layer = model.model.layers[0]
+        logits = model(torch.tensor([[3, 1, 4, 1, 5]])).logits
+        if rank == 0:
+            torch.save({"q": tuple(layer.self_attn.q_proj.weight.to_local().shape),
+                        "down": tuple(layer.mlp.down_proj.weight.to_local().shape), "logits": logits}, out)
+    finally:
+        dist.destroy_process_group()
+
+
 def tp_forward_logits(runner: Any) -> list[torch.Tensor]:
     """The forwards tp_forward_worker runs, on any runner (TP = 1 for the reference)."""
     g = torch.Generator().manual_seed(3)

@@ -191,21 +191,27 @@ def load_model(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype,
     if spec.source == "random":
         model = _random_model(spec, dtype, device, shard)
         tokenizer: Any = ByteTokenizer(int(model.get_output_embeddings().weight.shape[0]))  # VLM configs nest vocab_size
-    elif spec.source == "preset":
-        directory = _packaged_dir(spec.name)
-        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
-        tokenizer = AutoTokenizer.from_pretrained(directory)
-    elif spec.source == "gguf":
-        path = Path(spec.path).expanduser()
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    else:  # hub id or local directory
-        kw = dict(trust_remote_code=spec.trust_remote_code, revision=spec.revision)
-        model = _auto_class(AutoConfig.from_pretrained(spec.path, **kw)).from_pretrained(spec.path, dtype=dtype, **kw)
-        tokenizer = AutoTokenizer.from_pretrained(spec.path, **kw)
+    else:
+        directory, kw = _pretrained_source(spec)
+        # a hub id or a local directory may hold a VLM (image-text-to-text); the packaged presets and GGUFs are text
+        cls = (AutoModelForCausalLM if spec.source in ("preset", "gguf")
+               else _auto_class(AutoConfig.from_pretrained(directory, **kw)))
+        model = cls.from_pretrained(directory, dtype=dtype, **kw)
+        tokenizer = AutoTokenizer.from_pretrained(directory, **kw)
     model = model.to(device=device, dtype=dtype).eval()
     model.requires_grad_(False)
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer)
+
+
+def _pretrained_source(spec: ModelSpec) -> tuple[Path | str, dict[str, Any]]:
+    """Where from_pretrained reads a model that is not random, and its keyword arguments: the packaged preset's
+    directory, a GGUF file's folder (gguf_file), or a hub id / local directory (trust_remote_code, revision)."""
+    if spec.source == "preset":
+        return _packaged_dir(spec.name), {}
+    if spec.source == "gguf":
+        path = Path(spec.path).expanduser()
+        return path.parent, {"gguf_file": path.name}
+    return spec.path, dict(trust_remote_code=spec.trust_remote_code, revision=spec.revision)
 
 
 def needs_hf_tp(model_type: str, backend: str) -> bool:
@@ -251,7 +257,6 @@ def _load_hf_tp(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype)
 
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    kw: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="specbench-tp-") as tmp:
         if spec.source == "random":
             from safetensors.torch import save_model
@@ -259,17 +264,11 @@ def _load_hf_tp(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype)
             whole = _random_model(spec, dtype, "cpu")  # written by hand: save_pretrained writes on rank 0 only
             whole.config.save_pretrained(tmp)
             save_model(whole, str(Path(tmp) / "model.safetensors"))
-            directory, tokenizer = Path(tmp), ByteTokenizer(int(whole.get_output_embeddings().weight.shape[0]))
+            directory, kw = Path(tmp), {}
+            tokenizer: Any = ByteTokenizer(int(whole.get_output_embeddings().weight.shape[0]))
             del whole
-        elif spec.source == "preset":
-            directory = _packaged_dir(spec.name)
-            tokenizer = AutoTokenizer.from_pretrained(directory)
-        elif spec.source == "gguf":
-            path = Path(spec.path).expanduser()
-            directory, kw = path.parent, {"gguf_file": path.name}
-            tokenizer = AutoTokenizer.from_pretrained(directory, **kw)
         else:
-            directory, kw = spec.path, dict(trust_remote_code=spec.trust_remote_code, revision=spec.revision)
+            directory, kw = _pretrained_source(spec)
             tokenizer = AutoTokenizer.from_pretrained(directory, **kw)
         config = AutoConfig.from_pretrained(directory, **kw)
         if _auto_class(config) is not AutoModelForCausalLM:

@@ -15,7 +15,7 @@ import torch
 import torch.multiprocessing as mp
 from hydra import compose, initialize_config_dir
 
-from specbench_testing import tiny, tp_forward_logits, tp_forward_worker, tp_shard_on_load_worker
+from specbench_testing import tiny, tp_forward_logits, tp_forward_worker, tp_hf_plan_worker, tp_shard_on_load_worker
 from specbench.errors import ConfigError
 from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import load_model, resolve_spec
@@ -97,32 +97,11 @@ def test_the_cli_starts_its_ranks_and_speculation_equals_target_only_at_tp_2(tmp
     assert report.results["exact_match"] == results["exact_match"]
 
 
-def _hf_tp_shapes_worker(rank: int, world: int, port: int, out: str) -> None:
-    """One gloo rank: tiny-qwen3-tp loaded through transformers' tp_plan; rank 0 saves its local q_proj / down_proj
-    shapes and its logits for a few tokens."""
-    import os
-
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        model = load_model(resolve_spec({"name": "tiny-qwen3-tp"}, "target"), "cpu", torch.float32, hf_tp=True).model
-        layer = model.model.layers[0]
-        logits = model(torch.tensor([[3, 1, 4, 1, 5]])).logits
-        if rank == 0:
-            torch.save({"q": tuple(layer.self_attn.q_proj.weight.to_local().shape),
-                        "down": tuple(layer.mlp.down_proj.weight.to_local().shape), "logits": logits}, out)
-    finally:
-        dist.destroy_process_group()
-
-
 def test_hf_tp_loading_keeps_each_ranks_share_and_the_forward_is_the_whole(tmp_path: Path):
     """load_model(hf_tp=True) over 2 gloo ranks: each rank holds half the query heads' rows and half the MLP's
     columns (DTensor shares), and the logits equal the whole model's up to fp32 summation order."""
     out = tmp_path / "hf_tp.pt"
-    mp.spawn(_hf_tp_shapes_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    mp.spawn(tp_hf_plan_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
     got = torch.load(out)
     whole = load_model(resolve_spec({"name": "tiny-qwen3-tp"}, "target"), "cpu", torch.float32).model
     q, down = whole.model.layers[0].self_attn.q_proj.weight, whole.model.layers[0].mlp.down_proj.weight
