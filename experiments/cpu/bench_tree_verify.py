@@ -13,6 +13,7 @@ import time
 import torch
 
 import specbench.models.decoder as dec
+from specbench.kernels.decode_ref import tree_paths
 from specbench.models.loading import load_model, resolve_spec
 
 PREFIX = 300
@@ -27,24 +28,19 @@ def main() -> None:
     runner.allocate(1, 512)
     runner(torch.randint(0, 40000, (1, PREFIX)), torch.arange(PREFIX)[None], attn_len=PREFIX)
 
-    def path_of(i: int) -> list[int]:
-        path = []
-        while i >= 0:
-            path.append(i)
-            i = PARENTS[i]
-        return path[::-1]
-
-    paths = [path_of(i) for i in range(len(PARENTS))]
-    depth = max(map(len, paths))
-    tree_path = torch.tensor([[[PREFIX + j for j in p] + [PREFIX] * (depth - len(p)) for p in paths]])
-    tree_pos = torch.tensor([[PREFIX + len(p) - 1 for p in paths]])
     n = len(PARENTS)
+    sees = torch.eye(n, dtype=torch.bool)  # node i sees its ancestors and itself (parents come before children)
+    for i, parent in enumerate(PARENTS):
+        if parent >= 0:
+            sees[i] |= sees[parent]
+    slots = torch.arange(PREFIX, PREFIX + n)[None]
+    tree_path = tree_paths(sees[None], slots)
+    tree_pos = PREFIX + sees[None].sum(-1) - 1  # the root's position plus the node's depth
     tokens = torch.randint(0, 40000, (1, n))
     forwards = {
         "1 token": lambda: runner(tokens[:, :1], torch.tensor([[PREFIX]]), attn_len=PREFIX + 1),
         "4-token chain": lambda: runner(tokens[:, :4], torch.arange(PREFIX, PREFIX + 4)[None], attn_len=PREFIX + 4),
-        f"{n}-node tree": lambda: runner(tokens, tree_pos, attn_len=PREFIX + n,
-                                         slots=torch.arange(PREFIX, PREFIX + n)[None], tree_path=tree_path),
+        f"{n}-node tree": lambda: runner(tokens, tree_pos, attn_len=PREFIX + n, slots=slots, tree_path=tree_path),
     }
     for f in forwards.values():
         f(), f()
