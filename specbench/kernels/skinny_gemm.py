@@ -147,8 +147,8 @@ def _candidates(n: int, k: int, sms: int, may_split: bool, invariant: bool, wide
 def _invariant_default(n: int, k: int, sms: int, may_split: bool, wide: bool = False) -> tuple:
     """An untimed invariant configuration (inside a graph capture, in the interpreter, or when no candidate
     launched): tiles that fit at every tile height, in `invariant_split`'s order like every timed one."""
-    return (128, 64, 8, 3, invariant_split(n, k, sms, may_split)) if wide else (16, 256, 4, 2,
-                                                                                invariant_split(n, k, sms, may_split))
+    split = invariant_split(n, k, sms, may_split)
+    return (128, 64, 8, 3, split) if wide else (16, 256, 4, 2, split)
 
 
 def _heuristic(n: int, k: int, sms: int, may_split: bool) -> tuple:
@@ -231,11 +231,13 @@ def _config(key: tuple, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | N
         wide = key[0] == "inv-wide"
         block_ms = (WIDE_BLOCK_M,) if wide else (INVARIANT_BLOCK_MS if key[0] == "inv" else ())
         n, k, sms = w.shape[0], w.shape[1], _sms(x.device)
-        untimed = _invariant_default(n, k, sms, may_split, wide) if block_ms else _heuristic(n, k, sms, may_split)
-        if x.device.type == "cuda" and not capturing and not _INTERPRETED:  # untimed: when no candidate launched
-            cfg = _agree(_tune(x, w, bias, may_split, silu, block_ms, wide) or untimed, x.device)
-        else:
-            cfg = untimed
+        timed = x.device.type == "cuda" and not capturing and not _INTERPRETED
+        if timed:
+            cfg = _tune(x, w, bias, may_split, silu, block_ms, wide)
+        if cfg is None:  # untimed: inside a capture, in the interpreter, or when no candidate launched
+            cfg = _invariant_default(n, k, sms, may_split, wide) if block_ms else _heuristic(n, k, sms, may_split)
+        if timed:  # ranks agree on it (tuned or not) outside a capture, where a collective may run
+            cfg = _agree(cfg, x.device)
         _TUNED[key] = cfg
     return cfg
 

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specbench.kernels.decode_ref import add_rmsnorm_ref, qkv_rope_cache_ref, rmsnorm_ref, tree_paths, tree_slot_mask
-from specbench.models.tensor_parallel import TPGroup, shard_weights
+from specbench.models.tensor_parallel import TPGroup, biases_summed_once, shard_weights
 
 # model_type -> whether attention has per-head q/k RMSNorm (Qwen3)
 SUPPORTED_ARCHS: dict[str, bool] = {"llama": False, "qwen2": False, "qwen3": True}
@@ -260,8 +260,8 @@ class DecoderRunner(nn.Module):
             self._w = [shard_weights(w, self.num_heads, self.num_kv_heads, self.head_dim, self.tp) for w in self._w]
             self.num_heads //= self.tp.world
             self.num_kv_heads //= self.tp.world
-        elif self.tp is not None and self.tp.rank > 0:  # a built share: its config's sizes are the rank's already
-            self._w = [dict(w, o_b=None, down_b=None) for w in self._w]  # o/down biases are added once, on rank 0
+        elif self.tp is not None:  # a built share: its config's sizes are the rank's already
+            self._w = [biases_summed_once(w, self.tp) for w in self._w]
         # CPU bf16 with batch_invariant: the same weights packed for oneDNN (a second copy), used by the torch path
         inner = {w[n].shape[1] for w in self._w for n in ("qkv_w", "o_w", "gu_w", "down_w")}
         self.cpu_invariant = (batch_invariant and self.device.type == "cpu" and self.dtype == torch.bfloat16

@@ -113,6 +113,10 @@ def shard_weights(w: dict[str, torch.Tensor | None], num_heads: int, num_kv_head
     out["gu_b"] = None if w["gu_b"] is None else gu_rows(w["gu_b"]).contiguous()
     out["o_w"] = w["o_w"][:, r * hq * d:(r + 1) * hq * d].contiguous()
     out["down_w"] = w["down_w"][:, r * inter:(r + 1) * inter].contiguous()
-    out["o_b"] = w["o_b"] if r == 0 else None
-    out["down_b"] = w["down_b"] if r == 0 else None
-    return out
+    return biases_summed_once(out, tp)
+
+
+def biases_summed_once(w: dict[str, torch.Tensor | None], tp: TPGroup) -> dict[str, torch.Tensor | None]:
+    """o_proj's and down_proj's biases are added to partial sums that the all-reduce then adds up across
+    ranks: only rank 0 keeps them, so each is counted once."""
+    return w if tp.rank == 0 else dict(w, o_b=None, down_b=None)
