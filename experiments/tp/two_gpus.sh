@@ -21,6 +21,12 @@ timeout 500 python3 -m specbench $common target=qwen3-32b-random draft=qwen3-1.7
 timeout 500 python3 -m specbench $common target=llama-3.1-70b-instruct-random draft=llama-3.2-1b-random \
   strategy=draft_model strategy.k=3 verify.synthetic_acceptance_length=2.8 engine.tensor_parallel=2 \
   engine.shard_on_load=true hydra.run.dir="$out/70b-tp2-draft" > "$out/70b-tp2-draft.txt" 2>&1
+# transformers' own forward split by its tp_plan="auto" (engine.backend=transformers), 8B + 0.6B at k=3, TP=1 and 2:
+# that it runs, its TPOT, and on how many prompts T=0 output equals target-only decoding. transformers' bf16 forward
+# is not batch-invariant (our decoder is), so this path does not promise bit-exact output on the GPU
+timeout 500 python3 -m specbench -m $common target=qwen3-8b-random draft=qwen3-0.6b-random strategy=draft_model \
+  strategy.k=3 engine.backend=transformers engine.tensor_parallel=1,2 hydra.sweep.dir="$out/8b-hf-tp" \
+  > "$out/8b-hf-tp.txt" 2>&1
 # the suite's TP test (self-draft exact at TP=2)
 timeout 500 python3 -m pytest -m gpu tests/gpu -k tensor_parallel -v -rfE -p no:cacheprovider > "$out/suite-tp.txt" 2>&1
-grep -h -E "^\| (metric|acceptance length|TPOT ms)|speedup \(|passed|failed" "$out"/*.txt
+grep -h -E "^\| (metric|acceptance length|TPOT ms)|speedup \(|identical|passed|failed" "$out"/*.txt
