@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from specbench.metrics import speed_terms
+
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write JSON so that a reader (or a crash) never sees half a file."""
@@ -82,6 +84,8 @@ class WandbLogger(NullLogger):
                     summary[f"{side}/{key}"] = value
         if results.get("speedup"):
             summary["speedup"] = results["speedup"]["speedup"]
+        for key, value in (speed_terms(results) or {}).items():
+            summary[f"speed_model/{key}"] = value
         if results.get("exact_match"):
             summary["exact_match/equal"] = results["exact_match"]["equal"]
         self.run.summary.update(_clean(summary))
@@ -151,6 +155,11 @@ def results_table(results: Mapping[str, Any]) -> str:
                    f"(per prompt: median {_fmt(sp['per_prompt']['median'])}, p90 {_fmt(sp['per_prompt']['p90'])}, n={sp['per_prompt']['n']})")
         if sp.get("whole_batch") is not None:
             out.append(f"speedup in whole-batch decode tokens/s: {_fmt(sp['whole_batch'])}x")
+    if terms := speed_terms(results):
+        passes = f": {_fmt(terms['draft_passes'], 1)} passes x c {_fmt(terms['c'])}" if terms["c"] is not None else ""
+        out.append(f"speed model: AL {_fmt(results['strategy']['acceptance_length'])} / (r {_fmt(terms['r'])} + draft "
+                   f"{_fmt(terms['draft'])}) = {_fmt(terms['predicted'])}x predicted (r: verify forward / target-only "
+                   f"step; draft: drafting per step / target-only step{passes})")
     if results.get("exact_match"):
         em = results["exact_match"]
         out.append(f"T=0 output identical to target-only decoding: {em['equal']}/{em['n']} prompts")

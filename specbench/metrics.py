@@ -141,6 +141,24 @@ def speedup(baseline: Sequence[dict[str, Any]], strategy: Sequence[dict[str, Any
     return {"speedup": mean_b / mean_s if mean_b and mean_s else None, "per_prompt": spread(per_prompt)}
 
 
+def speed_terms(results: Mapping[str, Any]) -> dict[str, float | None] | None:
+    """The speed model behind a job's speedup, from its results.json: speedup ~ AL / (r + d), where r is the
+    strategy's verify forward over target-only decoding's step (one 1-token forward; the in-job baseline) and d its
+    drafting time per step over that step; c = d / draft passes per step is one draft pass's cost (None for
+    drafters without a forward: ngram, suffix). The model leaves out the commit and sampling between forwards and the
+    measured speedup's averaging over prompts, so `predicted` differs from it by those. None without a baseline or
+    without drafts."""
+    step = _number(_at(results, "baseline", "verify_ms_per_step"))
+    strat = results.get("strategy") or {}
+    al, verify = _number(strat.get("acceptance_length")), _number(strat.get("verify_ms_per_step"))
+    split = strat.get("time_split") or {}
+    if not step or al is None or verify is None or not split.get("steps") or not strat.get("draft_tokens"):
+        return None
+    r, d = verify / step, split["draft_s"] * 1e3 / split["steps"] / step
+    passes = _number(strat.get("draft_forwards_per_step")) or 0.0
+    return {"r": r, "draft": d, "draft_passes": passes, "c": d / passes if passes else None, "predicted": al / (r + d)}
+
+
 def exact_match(baseline_ids: Sequence[list[int]], strategy_ids: Sequence[list[int]]) -> dict[str, Any]:
     """How many prompts produced exactly the baseline's tokens (the T = 0 losslessness check)."""
     equal = [a == b for a, b in zip(baseline_ids, strategy_ids)]

@@ -41,17 +41,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specbench.metrics import speed_terms
+
 COLUMNS = ("job", "strategy", "settings", "k", "temperature", "top_k", "top_p", "target", "draft", "dataset",
            "n_prompts", "batch_size", "nodes_per_step", "mean_k", "acceptance_length", "al_per_verified_token", "acceptance_rate",
            "tpot_baseline_ms", "tpot_strategy_ms", "speedup", "exact_match", "per_position_acceptance", "verify_ms_per_step", "tpot_baseline_ms_median", "tpot_strategy_ms_median",
            "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens",
            "accepted_histogram", "scheduler", "speedup_whole_batch", "tokens_per_s_baseline", "tokens_per_s_strategy",
-           "itl_baseline_ms_median", "itl_baseline_ms_p99", "itl_strategy_ms_median", "itl_strategy_ms_p99")
+           "itl_baseline_ms_median", "itl_baseline_ms_p99", "itl_strategy_ms_median", "itl_strategy_ms_p99",
+           "speed_r", "speed_draft", "speed_c", "speed_predicted")
 # the columns measured with a clock: they differ run to run where every other column repeats
 TIMING_COLUMNS = ("tpot_baseline_ms", "tpot_strategy_ms", "speedup", "tpot_baseline_ms_median",
                   "tpot_strategy_ms_median", "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90", "verify_ms_per_step",
                   "speedup_whole_batch", "tokens_per_s_baseline", "tokens_per_s_strategy", "itl_baseline_ms_median",
-                  "itl_baseline_ms_p99", "itl_strategy_ms_median", "itl_strategy_ms_p99")
+                  "itl_baseline_ms_p99", "itl_strategy_ms_median", "itl_strategy_ms_p99", "speed_r", "speed_draft", "speed_c",
+                  "speed_predicted")
 # shown in report.md only when they differ between jobs (always in report.csv)
 _COLLAPSIBLE = ("top_k", "top_p", "batch_size", "nodes_per_step", "al_per_verified_token",  # these two: trees
                 "mean_k",  # K drafted per step: differs from k under adaptive K
@@ -59,7 +63,7 @@ _COLLAPSIBLE = ("top_k", "top_p", "batch_size", "nodes_per_step", "al_per_verifi
 _CSV_ONLY = ("per_position_acceptance", "verify_ms_per_step", "tpot_baseline_ms_median", "tpot_strategy_ms_median", "tpot_strategy_ms_p90",
              "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens", "accepted_histogram",
              "tokens_per_s_baseline", "tokens_per_s_strategy", "itl_baseline_ms_median", "itl_baseline_ms_p99",
-             "itl_strategy_ms_median", "itl_strategy_ms_p99")
+             "itl_strategy_ms_median", "itl_strategy_ms_p99", "speed_r", "speed_draft", "speed_c", "speed_predicted")
 # strategy settings that are not the strategy's own options
 _NOT_SETTINGS = ("_target_", "name", "k")
 
@@ -241,6 +245,7 @@ def job_row(results: Mapping[str, Any], label: str) -> dict[str, Any]:
     run = results.get("run") or {}
     em = results.get("exact_match")
     per_pos = _get(results, "strategy", "per_position_acceptance") or []
+    terms = speed_terms(results) or {}
     return {
         "job": label,
         "strategy": run.get("strategy"),
@@ -282,6 +287,8 @@ def job_row(results: Mapping[str, Any], label: str) -> dict[str, Any]:
         "itl_baseline_ms_p99": _get(results, "baseline", "itl_ms", "p99"),
         "itl_strategy_ms_median": _get(results, "strategy", "itl_ms", "median"),
         "itl_strategy_ms_p99": _get(results, "strategy", "itl_ms", "p99"),
+        # the speed model (metrics.speed_terms): speedup ~ AL / (r + draft), c = draft / draft passes per step
+        **{f"speed_{key}": terms.get(key) for key in ("r", "draft", "c", "predicted")},
     }
 
 

@@ -1,11 +1,13 @@
-"""metrics.summarize: what a tree's step is worth (AL per verified token) and what its verify costs (ms per step)."""
+"""metrics.summarize: what a tree's step is worth (AL per verified token) and what its verify costs (ms per step);
+metrics.speed_terms: the speed model's terms read back from those summaries."""
 
 from __future__ import annotations
 
 import pytest
 
 from specbench.engine import BatchTiming, RowResult
-from specbench.metrics import prompt_metrics, spread, summarize
+from specbench.logging import results_table
+from specbench.metrics import prompt_metrics, speed_terms, spread, summarize
 
 
 def _row(drafts: int, draft_tokens: int, accepted: int, accepted_at: list[int]) -> RowResult:
@@ -59,3 +61,34 @@ def test_spread_ranks_p90_and_p99_nearest_rank():
     out = spread([float(v) for v in range(100, 0, -1)] + [float("nan"), None])  # 1..100, shuffled by reversal
     assert out == {"mean": 50.5, "median": 50.5, "p90": 90.0, "p99": 99.0, "n": 100}
     assert spread([2.0])["p99"] == 2.0 and spread([])["p99"] is None
+
+
+def _job(baseline_timing: BatchTiming | None, strategy_rows: list[RowResult], timing: BatchTiming) -> dict:
+    """A results.json's baseline / strategy blocks, as run() writes them."""
+    baseline = None
+    if baseline_timing is not None:
+        baseline = summarize([prompt_metrics(_row(0, 0, 0, []))], [baseline_timing])
+    return {"baseline": baseline, "strategy": summarize([prompt_metrics(r) for r in strategy_rows], [timing])}
+
+
+def test_speed_terms_split_a_step_into_verify_and_drafting_against_the_target_only_step():
+    """Target-only decoding: 7 steps of 20 ms. The strategy: 5 steps, 130 ms of verify (26 ms a step, r = 1.3) and
+    15 ms of drafting over 3 passes a step (3 ms a step: draft 0.15, c 0.05); AL = 1 + 6 / 5."""
+    rows = [_row(3, 9, 4, [2, 1, 1]), _row(2, 6, 2, [1, 1, 0])]
+    job = _job(BatchTiming(verify_s=0.14, total_s=0.2, steps=7),
+               rows, BatchTiming(draft_s=0.015, verify_s=0.13, total_s=0.2, steps=5, draft_forwards=15))
+    terms = speed_terms(job)
+    assert terms == pytest.approx({"r": 1.3, "draft": 0.15, "draft_passes": 3.0, "c": 0.05,
+                                   "predicted": (1 + 6 / 5) / 1.45})
+    assert "speed model: AL 2.20 / (r 1.30 + draft 0.15) = 1.52x predicted" in results_table(
+        {**job, "run": {"strategy": "eagle", "k": 3}, "speedup": None, "exact_match": None})
+
+
+def test_speed_terms_need_a_baseline_and_drafts():
+    rows = [_row(3, 9, 4, [2, 1, 1])]
+    timing = BatchTiming(draft_s=0.01, verify_s=0.1, total_s=0.2, steps=3, draft_forwards=0)
+    assert speed_terms(_job(None, rows, timing)) is None  # baseline=false
+    target_only = _job(BatchTiming(verify_s=0.1, total_s=0.2, steps=5), [_row(0, 0, 0, [])], timing)
+    assert speed_terms(target_only) is None
+    lookup = speed_terms(_job(BatchTiming(verify_s=0.1, total_s=0.2, steps=5), rows, timing))  # ngram: no forward
+    assert lookup is not None and lookup["c"] is None and lookup["draft_passes"] == 0.0

@@ -1,5 +1,6 @@
 """The speed model's terms for jobs with an in-job baseline: speedup = AL / (r + k * c), where r = the strategy's verify
-forward / the baseline's 1-token step and c = one draft pass / the baseline's 1-token step, read from results.json.
+forward / the baseline's 1-token step and c = one draft pass / the baseline's 1-token step, read from results.json
+(specbench.metrics.speed_terms; the CLI prints them under its table too).
 
     python experiments/cpu/terms.py outputs/<date>/<time>/results.json [more results.json ...]
 
@@ -12,18 +13,20 @@ from __future__ import annotations
 import json
 import sys
 
+from specbench.metrics import speed_terms
+
 
 def terms(path: str) -> dict[str, float]:
     r = json.load(open(path))
-    base, strat = r["baseline"], r["strategy"]
-    step = base["verify_ms_per_step"]  # target-only decoding: one 1-token forward per step
-    split = strat["time_split"]
-    k = strat["draft_forwards_per_step"]
-    draft_pass = split["draft_s"] * 1e3 / split["steps"] / k if k else 0.0
-    al = strat["acceptance_length"]
-    rr, c = strat["verify_ms_per_step"] / step, draft_pass / step
-    return {"AL": al, "k": k, "r": rr, "c": c, "predicted": al / (rr + k * c), "measured": r["speedup"]["speedup"],
-            "baseline ms": step, "verify ms": strat["verify_ms_per_step"], "draft pass ms": draft_pass}
+    t = speed_terms(r)
+    if t is None:
+        raise SystemExit(f"{path}: no in-job baseline or no drafts; the speed model needs both")
+    step = r["baseline"]["verify_ms_per_step"]
+    k = t["draft_passes"]
+    c = t["c"] if t["c"] is not None else 0.0
+    return {"AL": r["strategy"]["acceptance_length"], "k": k, "r": t["r"], "c": c, "predicted": t["predicted"],
+            "measured": r["speedup"]["speedup"], "baseline ms": step, "verify ms": r["strategy"]["verify_ms_per_step"],
+            "draft pass ms": c * step}
 
 
 def main() -> None:
