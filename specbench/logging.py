@@ -114,6 +114,16 @@ def _fmt(v: Any, digits: int = 2) -> str:
     return str(v)
 
 
+def _by_category(results: Mapping[str, Any]) -> str:
+    """One line: each category's acceptance length (and speedup, with a baseline), categories in name order."""
+    parts = []
+    for name, block in sorted(results["by_category"].items()):
+        speedup = (block.get("speedup") or {}).get("speedup")
+        al = _fmt((block.get("strategy") or {}).get("acceptance_length"))
+        parts.append(f"{name} {al}" + (f" / {_fmt(speedup)}x" if speedup is not None else ""))
+    return "by category (AL" + (" / speedup" if results.get("speedup") else "") + "): " + ", ".join(parts)
+
+
 def results_table(results: Mapping[str, Any]) -> str:
     """The console table: baseline next to the strategy, timings as mean / median / p90."""
     sides = [(s, results[s]) for s in ("baseline", "strategy") if results.get(s)]
@@ -160,6 +170,8 @@ def results_table(results: Mapping[str, Any]) -> str:
         out.append(f"speed model: AL {_fmt(results['strategy']['acceptance_length'])} / (r {_fmt(terms['r'])} + draft "
                    f"{_fmt(terms['draft'])}) = {_fmt(terms['predicted'])}x predicted (r: verify forward / target-only "
                    f"step; draft: drafting per step / target-only step{passes})")
+    if len(results.get("by_category") or {}) > 1:
+        out.append(_by_category(results))
     if results.get("exact_match"):
         em = results["exact_match"]
         out.append(f"T=0 output identical to target-only decoding: {em['equal']}/{em['n']} prompts")
