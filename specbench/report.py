@@ -54,8 +54,8 @@ COLUMNS = ("job", "strategy", "settings", "k", "temperature", "top_k", "top_p", 
 TIMING_COLUMNS = ("tpot_baseline_ms", "tpot_strategy_ms", "speedup", "tpot_baseline_ms_median",
                   "tpot_strategy_ms_median", "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90", "verify_ms_per_step",
                   "speedup_whole_batch", "tokens_per_s_baseline", "tokens_per_s_strategy", "itl_baseline_ms_median",
-                  "itl_baseline_ms_p99", "itl_strategy_ms_median", "itl_strategy_ms_p99", "speed_r", "speed_draft", "speed_c",
-                  "speed_predicted")
+                  "itl_baseline_ms_p99", "itl_strategy_ms_median", "itl_strategy_ms_p99",
+                  "speed_r", "speed_draft", "speed_c", "speed_predicted")
 # shown in report.md only when they differ between jobs (always in report.csv)
 _COLLAPSIBLE = ("top_k", "top_p", "batch_size", "nodes_per_step", "al_per_verified_token",  # these two: trees
                 "mean_k",  # K drafted per step: differs from k under adaptive K
