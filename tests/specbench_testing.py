@@ -202,6 +202,19 @@ def tree_columns(parents: list[int]) -> list[list[int]]:
     return [[0] + [j + 1 for j in tree_path_nodes(parents, col - 1)] for col in range(len(parents) + 1)]
 
 
+def leave_gloo_rank() -> None:
+    """A spawned gloo rank whose work, barrier and teardown succeeded ends here, without the interpreter's own
+    finalization. In CI (2026-12-02, after the barriers were added) rank 0 of tp_forward_worker still died with
+    SIGABRT, "terminate called without an active exception", which reads as a C++ thread destroyed at exit; 14 runs
+    here under load did not repeat it. Results are written before this point, and a failure raises before it."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def tp_forward_worker(rank: int, world: int, port: int, out: str) -> None:
     """One gloo rank of a tensor-parallel forward (tests/models/test_tensor_parallel.py, spawned by
     torch.multiprocessing): tiny-qwen3-tp split over `world` ranks, a prefill of 2 ragged rows and three decode
@@ -223,6 +236,7 @@ def tp_forward_worker(rank: int, world: int, port: int, out: str) -> None:
         dist.barrier()  # both ranks done before either tears gloo down (a rank leaving first aborted the other in CI)
     finally:
         dist.destroy_process_group()
+    leave_gloo_rank()
 
 
 def tp_shard_on_load_worker(rank: int, world: int, port: int, out: str) -> None:
@@ -248,6 +262,7 @@ def tp_shard_on_load_worker(rank: int, world: int, port: int, out: str) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    leave_gloo_rank()
 
 
 def tp_hf_plan_worker(rank: int, world: int, port: int, out: str) -> None:
@@ -267,8 +282,10 @@ def tp_hf_plan_worker(rank: int, world: int, port: int, out: str) -> None:
         if rank == 0:
             torch.save({"q": tuple(layer.self_attn.q_proj.weight.to_local().shape),
                         "down": tuple(layer.mlp.down_proj.weight.to_local().shape), "logits": logits}, out)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
+    leave_gloo_rank()
 
 
 def tp_forward_logits(runner: Any) -> list[torch.Tensor]:
