@@ -152,9 +152,10 @@ def speed_terms(results: Mapping[str, Any]) -> dict[str, float | None] | None:
     strat = results.get("strategy") or {}
     al, verify = _number(strat.get("acceptance_length")), _number(strat.get("verify_ms_per_step"))
     split = strat.get("time_split") or {}
-    if not step or al is None or verify is None or not split.get("steps") or not strat.get("draft_tokens"):
-        return None
-    r, d = verify / step, split["draft_s"] * 1e3 / split["steps"] / step
+    steps, draft_s = _number(split.get("steps")), _number(split.get("draft_s"))
+    if not step or al is None or verify is None or not steps or draft_s is None or not strat.get("draft_tokens"):
+        return None  # no baseline, no drafts, or a results.json without these figures (an older one)
+    r, d = verify / step, draft_s * 1e3 / steps / step
     passes = _number(strat.get("draft_forwards_per_step")) or 0.0
     return {"r": r, "draft": d, "draft_passes": passes, "c": d / passes if passes else None, "predicted": al / (r + d)}
 

@@ -89,3 +89,6 @@ def test_speed_terms_need_a_baseline_and_drafts():
     assert speed_terms(target_only) is None
     lookup = speed_terms(_job(BatchTiming(verify_s=0.1, total_s=0.2, steps=5), rows, timing))  # ngram: no forward
     assert lookup is not None and lookup["c"] is None and lookup["draft_passes"] == 0.0
+    older = _job(BatchTiming(verify_s=0.1, total_s=0.2, steps=5), rows, timing)
+    del older["strategy"]["time_split"]["draft_s"]  # a results.json without the figure reads as no model
+    assert speed_terms(older) is None
