@@ -202,6 +202,15 @@ def tree_columns(parents: list[int]) -> list[list[int]]:
     return [[0] + [j + 1 for j in tree_path_nodes(parents, col - 1)] for col in range(len(parents) + 1)]
 
 
+def row_result(drafts: int, draft_tokens: int, accepted: int, accepted_at: list[int]) -> Any:
+    """One prompt's engine.RowResult with these drafting figures, for metrics and the table built from them."""
+    from specbench.engine import RowResult
+
+    return RowResult(output_ids=list(range(accepted + drafts)), drafts=drafts, draft_tokens=draft_tokens,
+                     accepted_tokens=accepted, accepted_at=accepted_at, ttft_s=0.01, latency_s=0.5,
+                     emissions=[(0.01, 1), (0.5, accepted + drafts - 1)], finished_by="length")
+
+
 def leave_gloo_rank() -> None:
     """A spawned gloo rank whose work, barrier and teardown succeeded ends here, without the interpreter's own
     finalization. In CI (2026-12-02, after the barriers were added) rank 0 of tp_forward_worker still died with

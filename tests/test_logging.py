@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from specbench.engine import BatchTiming, RowResult
+from specbench_testing import row_result
+from specbench.engine import BatchTiming
 from specbench.logging import results_table
 from specbench.metrics import prompt_metrics, summarize
 
 
 def _summary(drafts: int, accepted: int, draft_s: float, verify_s: float, steps: int) -> dict:
-    row = RowResult(output_ids=list(range(accepted + drafts)), drafts=drafts, draft_tokens=3 * drafts,
-                    accepted_tokens=accepted, accepted_at=[1] * 3, ttft_s=0.01, latency_s=0.5,
-                    emissions=[(0.01, 1), (0.5, accepted + drafts - 1)], finished_by="length")
+    row = row_result(drafts, 3 * drafts, accepted, [1] * 3)
     timing = BatchTiming(draft_s=draft_s, verify_s=verify_s, total_s=1.0, steps=steps, draft_forwards=3 * steps)
     return summarize([prompt_metrics(row)], [timing])
 

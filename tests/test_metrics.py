@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from specbench_testing import row_result
 from specbench.engine import BatchTiming, RowResult
 from specbench.metrics import prompt_metrics, speed_terms, spread, summarize
 
 
-def _row(drafts: int, draft_tokens: int, accepted: int, accepted_at: list[int]) -> RowResult:
-    return RowResult(output_ids=list(range(accepted + drafts)), drafts=drafts, draft_tokens=draft_tokens,
-                     accepted_tokens=accepted, accepted_at=accepted_at, ttft_s=0.01, latency_s=0.5,
-                     emissions=[(0.01, 1), (0.5, accepted + drafts - 1)], finished_by="length")
-
-
 def test_tree_metrics_per_node_and_per_step():
     # two prompts, 16-node trees: 5 steps accepting 9 path tokens, 2 steps accepting 3
-    rows = [_row(5, 5 * 16, 9, [5, 3, 1]), _row(2, 2 * 16, 3, [2, 1, 0])]
+    rows = [row_result(5, 5 * 16, 9, [5, 3, 1]), row_result(2, 2 * 16, 3, [2, 1, 0])]
     timing = BatchTiming(prefill_s=0.1, draft_s=0.2, verify_s=0.35, total_s=0.7, steps=7, draft_forwards=21)
     out = summarize([prompt_metrics(r) for r in rows], [timing])
     assert out["nodes_per_step"] == 16.0
@@ -29,7 +24,7 @@ def test_tree_metrics_per_node_and_per_step():
 
 
 def test_target_only_is_one_token_per_verified_token():
-    out = summarize([prompt_metrics(_row(0, 0, 0, []))], [BatchTiming(total_s=1.0, verify_s=0.5, steps=4)])
+    out = summarize([prompt_metrics(row_result(0, 0, 0, []))], [BatchTiming(total_s=1.0, verify_s=0.5, steps=4)])
     assert out["al_per_verified_token"] == 1.0 and out["verify_ms_per_step"] == pytest.approx(125.0)
 
 
@@ -52,7 +47,7 @@ def test_mean_k_and_the_accepted_histogram_under_a_varying_k():
 
 
 def test_target_only_has_no_k_and_an_empty_histogram():
-    out = summarize([prompt_metrics(_row(0, 0, 0, []))])
+    out = summarize([prompt_metrics(row_result(0, 0, 0, []))])
     assert out["mean_k"] is None and out["accepted_histogram"] == []
 
 
@@ -66,14 +61,14 @@ def _job(baseline_timing: BatchTiming | None, strategy_rows: list[RowResult], ti
     """A results.json's baseline / strategy blocks, as run() writes them."""
     baseline = None
     if baseline_timing is not None:
-        baseline = summarize([prompt_metrics(_row(0, 0, 0, []))], [baseline_timing])
+        baseline = summarize([prompt_metrics(row_result(0, 0, 0, []))], [baseline_timing])
     return {"baseline": baseline, "strategy": summarize([prompt_metrics(r) for r in strategy_rows], [timing])}
 
 
 def test_speed_terms_split_a_step_into_verify_and_drafting_against_the_target_only_step():
     """Target-only decoding: 7 steps of 20 ms. The strategy: 5 steps, 130 ms of verify (26 ms a step, r = 1.3) and
     15 ms of drafting over 3 passes a step (3 ms a step: draft 0.15, c 0.05); AL = 1 + 6 / 5."""
-    rows = [_row(3, 9, 4, [2, 1, 1]), _row(2, 6, 2, [1, 1, 0])]
+    rows = [row_result(3, 9, 4, [2, 1, 1]), row_result(2, 6, 2, [1, 1, 0])]
     job = _job(BatchTiming(verify_s=0.14, total_s=0.2, steps=7),
                rows, BatchTiming(draft_s=0.015, verify_s=0.13, total_s=0.2, steps=5, draft_forwards=15))
     terms = speed_terms(job)
@@ -82,10 +77,10 @@ def test_speed_terms_split_a_step_into_verify_and_drafting_against_the_target_on
 
 
 def test_speed_terms_need_a_baseline_and_drafts():
-    rows = [_row(3, 9, 4, [2, 1, 1])]
+    rows = [row_result(3, 9, 4, [2, 1, 1])]
     timing = BatchTiming(draft_s=0.01, verify_s=0.1, total_s=0.2, steps=3, draft_forwards=0)
     assert speed_terms(_job(None, rows, timing)) is None  # baseline=false
-    target_only = _job(BatchTiming(verify_s=0.1, total_s=0.2, steps=5), [_row(0, 0, 0, [])], timing)
+    target_only = _job(BatchTiming(verify_s=0.1, total_s=0.2, steps=5), [row_result(0, 0, 0, [])], timing)
     assert speed_terms(target_only) is None
     lookup = speed_terms(_job(BatchTiming(verify_s=0.1, total_s=0.2, steps=5), rows, timing))  # ngram: no forward
     assert lookup is not None and lookup["c"] is None and lookup["draft_passes"] == 0.0
