@@ -82,6 +82,7 @@ class EngineConfig:
     triton_verify: Any = "auto"  # auto | true | false (OmegaConf 2.3 types no union of str and bool)
     cuda_graphs: Any = "auto"  # auto | true | false
     batch_invariant: bool = True  # CUDA: logits independent of batch and verify width
+    pdl: bool = True  # CUDA, Hopper and later: programmatic dependent launch of the decoder's GEMMs (kernels.decode.pdl)
     tensor_parallel: int = 1  # ranks the target is split over (models/tensor_parallel.py); the draft is replicated
     shard_on_load: bool = False  # random-weight targets at tensor_parallel > 1: each rank builds only its own share
     scheduler: str = "static"  # static: batches of batch_size prompts; continuous: batch_size slots, refilled

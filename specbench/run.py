@@ -73,6 +73,7 @@ class _Plan:
     scheduler: str = "static"  # engine.scheduler: static batches, or continuous batching over batch_size slots
     stop_ids: frozenset[int] = frozenset()  # engine.stop_token_ids: they end a row as the target's EOS does
     shard_on_load: bool = False  # engine.shard_on_load: each rank builds only its share of a random-weight target
+    pdl: bool = True  # engine.pdl: programmatic dependent launch of the decoder's GEMMs (CUDA, Hopper and later)
 
     @property
     def lossless(self) -> bool:
@@ -163,7 +164,7 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
     return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], e.batch_size,
                  max_new, c.max_model_len, e.backend, rules, cuda_graphs_default(e.cuda_graphs, device),
                  e.batch_invariant, synthetic, cls.checkpoint_record(strategy_cfg, target), e.tensor_parallel,
-                 e.scheduler, frozenset(e.stop_token_ids), e.shard_on_load)
+                 e.scheduler, frozenset(e.stop_token_ids), e.shard_on_load, e.pdl)
 
 
 def raise_if_cannot_shard_on_load(world: int, target: ModelSpec, draft: ModelSpec | None,
@@ -354,6 +355,11 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
         torch.cuda.set_device(p.device)
     out_dir, group, name = _output_dir(cfg)
     torch.manual_seed(p.sampling.seed)
+    # the kernels (and triton) load when a job runs, not when the CLI is imported: a test session that runs them in
+    # Triton's interpreter must set TRITON_INTERPRET before triton is first imported (tests/kernels/conftest.py)
+    from specbench.kernels.decode import pdl, use_pdl
+
+    use_pdl(p.pdl)  # a launch setting of this process's kernels, set per job before any graph is captured
 
     # models: load the target once; a draft equal to the target shares its weights (its own cache)
     # at tensor_parallel > 1 our decoder splits a whole-loaded target after loading; transformers splits the rest
@@ -429,7 +435,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
                 "seed": p.sampling.seed, "dtype": str(p.dtype).removeprefix("torch."), "lossless": p.lossless,
                 "synthetic_acceptance": p.synthetic or None, "cuda_graphs": p.cuda_graphs,
                 "batch_invariant": p.batch_invariant, "tensor_parallel": p.tensor_parallel,
-                "shard_on_load": p.shard_on_load,
+                "shard_on_load": p.shard_on_load, "pdl": p.pdl and pdl(p.device),
                 "graph_captures_while_timing": graph_captures() - captures_before},
         "config": OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg),
         "environment": _environment(p.device),

@@ -42,6 +42,31 @@ def triton_available(device: torch.device | str) -> bool:
     return torch.device(device).type == "cuda" or _INTERPRETED
 
 
+PDL = True  # programmatic dependent launch on sm90+ (a switch for A/B measurements; see `pdl`)
+
+
+@functools.lru_cache(maxsize=None)
+def _capability_major(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
+
+
+def use_pdl(on: bool) -> None:
+    """engine.pdl: turn programmatic dependent launch on or off for the kernels launched from now on."""
+    global PDL
+    PDL = bool(on)
+
+
+def pdl(device: torch.device) -> bool:
+    """Whether the decoder's kernels on `device` use programmatic dependent launch (Hopper and later, compiled
+    kernels only): the GEMMs are launched as dependents of the kernel before them and may start while it runs,
+    pulling their weights (which no kernel writes) into L2 before they wait for its output
+    (`skinny_gemm._skinny_kernel`); the other kernels here signal at their start that the next one may launch.
+    Arithmetic is unchanged: every read of an activation and every write comes after the wait."""
+    if not PDL or _INTERPRETED or triton is None or device.type != "cuda":
+        return False
+    return _capability_major(device.index if device.index is not None else torch.cuda.current_device()) >= 9
+
+
 from specbench.kernels.decode_ref import (  # noqa: E402,F401 - the references, re-exported beside the kernels
     add_rmsnorm_ref,
     decode_attention_ref,
@@ -61,7 +86,9 @@ if triton is not None:
 
     @triton.jit
     def _add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, s_ptr, out_ptr, H, NROWS, eps,
-                            HAS_ADD: tl.constexpr, NUM_PARTS: tl.constexpr, BLOCK: tl.constexpr):
+                            HAS_ADD: tl.constexpr, NUM_PARTS: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+        if PDL:  # the next kernel (a GEMM) may launch now and prefetch its weights; it waits for this one's output
+            tl.extra.cuda.gdc_launch_dependents()
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)
         m = cols < H
@@ -87,7 +114,10 @@ if triton is not None:
     def _qkv_rope_cache_kernel(qkv_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, nw_ptr, q_ptr, kc_ptr, vc_ptr,
                                T, eps, stride_qkv, stride_tab,
                                kc_sb, kc_sh, kc_ss, vc_sb, vc_sh, vc_ss,
-                               HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, QK_NORM: tl.constexpr):
+                               HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, QK_NORM: tl.constexpr,
+                               PDL: tl.constexpr):
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
         n = tl.program_id(0).to(tl.int64)  # token (row-major over [B, T])
         h = tl.program_id(1)  # head among q (HQ), k (HKV), v (HKV)
         b = n // T
@@ -130,7 +160,9 @@ if triton is not None:
                             T, N, scale, kc_sb, kc_sh, kc_ss, vc_sb, vc_sh, vc_ss, M_TILES, E,
                             HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, CHUNK: tl.constexpr,
-                            TREE: tl.constexpr):
+                            TREE: tl.constexpr, PDL: tl.constexpr):
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
         b = tl.program_id(0).to(tl.int64)
         kvh = tl.program_id(1) // M_TILES
         split = tl.program_id(2)
@@ -203,7 +235,10 @@ if triton is not None:
 
     @triton.jit
     def _attn_combine_kernel(part_acc_ptr, part_ml_ptr, pos_ptr, out_ptr, N,
-                             HQ: tl.constexpr, D: tl.constexpr, NUM_SPLITS: tl.constexpr, CHUNK: tl.constexpr):
+                             HQ: tl.constexpr, D: tl.constexpr, NUM_SPLITS: tl.constexpr, CHUNK: tl.constexpr,
+                             PDL: tl.constexpr):
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
         n = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)
         d = tl.arange(0, D)
@@ -226,7 +261,9 @@ if triton is not None:
         tl.store(out_ptr + (n * HQ + h) * D + d, out.to(out_ptr.dtype.element_ty))
 
     @triton.jit
-    def _silu_mul_kernel(gu_ptr, out_ptr, I, BLOCK: tl.constexpr):
+    def _silu_mul_kernel(gu_ptr, out_ptr, I, BLOCK: tl.constexpr, PDL: tl.constexpr):
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
         n = tl.program_id(0).to(tl.int64)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         m = cols < I
@@ -253,7 +290,7 @@ def add_rmsnorm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tenso
     assert delta is None or delta.is_contiguous()
     block = triton.next_power_of_2(h)
     _add_rmsnorm_kernel[(n,)](x, x if delta is None else delta, weight, s, out, h, n, eps,
-                              HAS_ADD=delta is not None, NUM_PARTS=parts, BLOCK=block,
+                              HAS_ADD=delta is not None, NUM_PARTS=parts, BLOCK=block, PDL=pdl(x.device),
                               num_warps=max(1, min(16, block // 256)))
     return s, out
 
@@ -268,7 +305,7 @@ def qkv_rope_cache(qkv, positions, batch, cos_table, sin_table, norm_w, eps, k_c
         qkv, positions, positions if slots is None else slots, cos_table, sin_table, norm_w if norm_w is not None else qkv, q, k_cache, v_cache,
         n // batch, eps, qkv.stride(0), cos_table.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        HQ=hq, HKV=hkv, D=d, QK_NORM=norm_w is not None, num_warps=1)
+        HQ=hq, HKV=hkv, D=d, QK_NORM=norm_w is not None, PDL=pdl(qkv.device), num_warps=1)
     return q
 
 
@@ -336,10 +373,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         q, k_cache, v_cache, positions, path if tree else positions, out, part_acc, part_ml, t, n, scale,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         m_tiles, path.shape[2] if tree else 1, HQ=hq, G=g, D=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=ns,
-        CHUNK=chunk, TREE=tree, num_warps=warps)
+        CHUNK=chunk, TREE=tree, PDL=pdl(q.device), num_warps=warps)
     if ns > 1:
         _attn_combine_kernel[(n, hq)](part_acc, part_ml, positions, out, n, HQ=hq, D=d, NUM_SPLITS=ns, CHUNK=chunk,
-                                      num_warps=1)
+                                      PDL=pdl(q.device), num_warps=1)
     return out
 
 
@@ -350,5 +387,5 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     i = two_i // 2
     out = torch.empty((n, i), device=gate_up.device, dtype=gate_up.dtype)
     block = min(1024, triton.next_power_of_2(i))
-    _silu_mul_kernel[(n, triton.cdiv(i, block))](gate_up, out, i, BLOCK=block, num_warps=4)
+    _silu_mul_kernel[(n, triton.cdiv(i, block))](gate_up, out, i, BLOCK=block, PDL=pdl(gate_up.device), num_warps=4)
     return out

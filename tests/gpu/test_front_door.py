@@ -93,6 +93,42 @@ def test_logits_are_batch_invariant_8b():
     assert torch.equal(logits(graphed, 3, verify=False), one)
 
 
+def test_dependent_launch_keeps_every_bit_06b():
+    """engine.pdl: the GEMMs launched as dependents (with their weights prefetched into L2) give the same logits,
+    bit for bit, as plain launches: 1-token and 5-token forwards at batch 3, eager and replayed from a graph."""
+    from specbench.kernels import decode
+    from specbench.models.cuda_graphs import GraphedRunner
+    from specbench.models.decoder import DecoderRunner
+    from specbench.models.loading import load_model, resolve_spec
+
+    assert decode.pdl(torch.device("cuda")) == (torch.cuda.get_device_capability()[0] >= 9)
+    model = load_model(resolve_spec({"name": "qwen3-0.6b-random"}, "draft"), "cuda", torch.bfloat16).model
+    seqs = torch.randint(0, 50_000, (3, 40), generator=torch.Generator().manual_seed(1)).cuda()
+
+    def logits(graphs: bool) -> list[torch.Tensor]:
+        runner = DecoderRunner(model, batch_invariant=True)
+        runner = GraphedRunner(runner) if graphs else runner
+        runner.allocate(3, 64)
+        pos = torch.arange(40, device="cuda").expand(3, 40)
+        outs = []
+        for c in range(0, 30, 15):
+            outs.append(runner(seqs[:, c:c + 15], pos[:, c:c + 15].contiguous(), attn_len=c + 15).logits.clone())
+        for t in range(30, 35):
+            outs.append(runner(seqs[:, t:t + 1], pos[:, t:t + 1].contiguous(), attn_len=t + 1).logits.clone())
+        outs.append(runner(seqs[:, 35:40], pos[:, 35:40].contiguous(), attn_len=40).logits.clone())
+        return outs
+
+    try:
+        for graphs in (False, True):
+            decode.use_pdl(True)
+            on = logits(graphs)
+            decode.use_pdl(False)
+            off = logits(graphs)
+            assert all(torch.equal(a, b) for a, b in zip(on, off, strict=True)), f"graphs={graphs}"
+    finally:
+        decode.use_pdl(True)
+
+
 def test_self_draft_is_exact_for_k_1_to_5_in_one_sweep_8b(tmp_path: Path):
     results = _sweep(tmp_path, *COMMON, "target=qwen3-8b-random", "strategy=draft_model", "draft=self",
                      "strategy.k=1,2,3,4,5", "sampling.temperature=0,1", "dataset.num_prompts=6")
@@ -101,6 +137,7 @@ def test_self_draft_is_exact_for_k_1_to_5_in_one_sweep_8b(tmp_path: Path):
         _assert_exact(r)
         assert r["strategy"]["acceptance_length"] == r["run"]["k"] + 1, (r["run"], r["strategy"]["acceptance_length"])
         assert r["strategy"]["draft_forwards_per_step"] == r["run"]["k"]
+        assert r["run"]["pdl"] is True  # engine.pdl's default, on the H200
 
 
 def test_seed_pr_scheme_is_exact_with_one_more_draft_forward_8b(tmp_path: Path):

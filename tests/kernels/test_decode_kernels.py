@@ -169,3 +169,16 @@ def test_decoder_kernel_tree_forward(arch):
             rows = chain.k_cache.shape[1]
             want = chain(toks.expand(rows, -1).contiguous(), pos.expand(rows, -1).contiguous(), attn_len=32).logits[b, -1]
             assert torch.equal(trees[1][b, col], want), f"row {b} column {col}: tree logits differ from its chain's"
+
+
+def test_dependent_launch_is_off_where_kernels_are_not_compiled_for_hopper():
+    """engine.pdl applies to compiled kernels on CUDA (sm90+) only: never on the CPU or in the interpreter."""
+    from specbench.kernels import decode
+
+    assert not decode.pdl(torch.device("cpu"))
+    try:
+        decode.use_pdl(False)
+        assert decode.PDL is False
+    finally:
+        decode.use_pdl(True)
+    assert decode.PDL is True and not decode.pdl(torch.device("cpu"))
