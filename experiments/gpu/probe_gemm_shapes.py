@@ -1,0 +1,75 @@
+"""Probe (H200), measurement only: each of a decoder's GEMMs alone at batch 1, to see whether the 0.6B draft's
+small GEMMs lose to a fixed cost per kernel (experiments/gpu/README.md, "Probe"). For each projection (qkv, o,
+gate_up, down; the LM head once), a CUDA graph launches `invariant_linear` once per layer on that layer's own weights
+(distinct weights, together larger than L2, so each launch streams from HBM as in a forward), and the replay time is
+divided by the launches. For each configuration candidate that keeps the invariant split (`skinny_gemm._candidates`),
+and for dependent launch on and off. Columns: us per launch, and the rate the weights stream at.
+
+    python3 experiments/gpu/probe_gemm_shapes.py > $OUT/probe_gemm_shapes.txt
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from triton.testing import do_bench
+
+from specbench.kernels import skinny_gemm
+from specbench.kernels.decode import use_pdl
+from specbench.models.decoder import DecoderRunner
+from specbench.models.loading import load_model, resolve_spec
+
+NAMES = os.environ.get("PROBE_MODELS", "qwen3-0.6b-random,qwen3-8b-random").split(",")
+
+
+def per_launch_us(ws: list[torch.Tensor], x: torch.Tensor, cfg: tuple, may_split: bool) -> float:
+    for w in ws[:2]:
+        skinny_gemm.invariant_linear(x, w, may_split=may_split, config=cfg)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for w in ws:
+            skinny_gemm.invariant_linear(x, w, may_split=may_split, config=cfg)
+    ms = do_bench(graph.replay, warmup=5, rep=60, return_mode="median")
+    return 1e3 * ms / len(ws)
+
+
+def probe(name: str, dev: torch.device) -> None:
+    model = load_model(resolve_spec({"name": name}, "target"), dev, torch.bfloat16).model
+    runner = DecoderRunner(model)
+    shapes = {"qkv": ("qkv_w", False), "o": ("o_w", True), "gate_up": ("gu_w", False), "down": ("down_w", True)}
+    sms = skinny_gemm._sms(dev)
+    print(f"{name}: {len(runner._w)} layers", flush=True)
+    groups = [(key, [w[field] for w in runner._w], split) for key, (field, split) in shapes.items()]
+    groups.append(("lm_head", [runner.lm_head.weight], False))
+    for key, ws, may_split in groups:
+        n, k = ws[0].shape
+        x = torch.randn((1, k), device=dev, dtype=torch.bfloat16)
+        mb = n * k * 2 / 1e6
+        rows = []
+        for cfg in skinny_gemm._candidates(n, k, sms, may_split, invariant=True):
+            for pdl in (False, True):
+                use_pdl(pdl)
+                try:
+                    us = per_launch_us(ws, x, cfg, may_split)
+                except Exception as e:  # noqa: BLE001 - a config that does not launch is listed as such
+                    rows.append(f"    {cfg} pdl={pdl}: failed ({type(e).__name__})")
+                    continue
+                rows.append(f"    {cfg} pdl={pdl}: {us:7.2f} us  {mb / us:5.2f} TB/s")
+        use_pdl(True)
+        print(f"  {key} [{n} x {k}] {mb:.1f} MB, invariant split {skinny_gemm.invariant_split(n, k, sms, may_split)}"
+              f", launches per graph {len(ws)}", flush=True)
+        print("\n".join(rows), flush=True)
+
+
+def main() -> None:
+    dev = torch.device("cuda")
+    print(torch.cuda.get_device_name(dev), torch.__version__, flush=True)
+    for name in NAMES:
+        probe(name, dev)
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
