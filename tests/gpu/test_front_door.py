@@ -94,8 +94,8 @@ def test_logits_are_batch_invariant_8b():
 
 
 def test_dependent_launch_keeps_every_bit_06b():
-    """engine.pdl: the GEMMs launched as dependents (with their weights prefetched into L2) give the same logits,
-    bit for bit, as plain launches: 1-token and 5-token forwards at batch 3, eager and replayed from a graph."""
+    """engine.pdl: the GEMMs launched as programmatic dependents give the same logits, bit for bit, as plain
+    launches: 1-token and 5-token forwards at batch 3, eager and replayed from a graph."""
     from specbench.kernels import decode
     from specbench.models.cuda_graphs import GraphedRunner
     from specbench.models.decoder import DecoderRunner
