@@ -28,6 +28,7 @@ fused GEMMs), which is what the CPU tests compare against transformers.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -55,20 +56,54 @@ class ForwardOutput:
     layer_hidden: list[torch.Tensor] = field(default_factory=list)  # [B, T, H] each, outputs of asked layers
 
 
-# None: F.linear for every CPU product (the default). (lo, hi): `weight @ x.T` for lo..hi rows, which took MKL's faster
-# path on the first CPU we measured (1.2-1.8x for 2..8 rows) and its slower one on three later machines of the same
-# kind (a 1 x 4 forward 113.9 ms against F.linear's 77.9 on 2026-12-02: experiments/cpu/README.md); kept as a switch
-# for experiments/cpu/bench_forward.py, which measures both side by side
-LINEAR_WT_ROWS: tuple[int, int] | None = None
+# How the decoder multiplies 2..8 rows by a weight on the CPU (fp32, or bf16 off the bit-invariant path); 1 row and
+# more than 8 always take F.linear. The two forms, F.linear and `weight @ x.T` (a transposed view), take different
+# MKL paths, and which is faster depends on the machine: `weight @ x.T` was 1.2-1.8x faster on the first CPU we
+# measured, 1.5x slower on three later AVX-512 ones (a 1 x 4 forward of SmolLM2-135M 113.9 ms against F.linear's
+# 77.9), and 1.5x faster on an AMD EPYC with AVX2 (69.4 against 106.2 ms; through the CLI the default's speedup went
+# from 0.80-0.87x to 1.25-1.28x: experiments/cpu/README.md). So by default ("auto") each weight shape takes the form
+# that a first timing on this machine finds faster (`_transposed_wins`). None: F.linear always; (lo, hi):
+# `weight @ x.T` for lo..hi rows always (experiments/cpu/bench_forward.py measures both side by side).
+LINEAR_WT_ROWS: tuple[int, int] | None | str = "auto"
+AUTO_ROWS = (2, 8)  # the row counts "auto" decides for
+_TRANSPOSED_WINS: dict[tuple[int, int, torch.dtype], bool] = {}  # (N, K, dtype) -> whether `weight @ x.T` was faster
+
+
+def _transposed(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return (weight @ x.reshape(-1, x.shape[-1]).T).T.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def _transposed_wins(weight: torch.Tensor) -> bool:
+    """Whether `weight @ x.T` beat F.linear on 4 rows of this weight's shape, timed once per (shape, dtype) in this
+    process (the best of 3 calls each, alternating, after one untimed call of each). The two forms round differently
+    (their float sums run in other orders); every later call in the process takes the chosen one, so a run's
+    baseline and strategy compute alike."""
+    key = (weight.shape[0], weight.shape[1], weight.dtype)
+    won = _TRANSPOSED_WINS.get(key)
+    if won is None:
+        x = torch.randn((4, weight.shape[1]), generator=torch.Generator().manual_seed(0)).to(weight.dtype)
+        best = {"linear": float("inf"), "transposed": float("inf")}
+        forms = {"linear": lambda: F.linear(x, weight), "transposed": lambda: _transposed(x, weight)}
+        for rep in range(4):
+            for name, form in forms.items():
+                start = time.perf_counter()
+                form()
+                if rep:  # the first call of each is untimed (allocation, MKL's first-use setup)
+                    best[name] = min(best[name], time.perf_counter() - start)
+        won = _TRANSPOSED_WINS[key] = best["transposed"] < best["linear"]
+    return won
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, or `weight @ x.T` for CPU inference over LINEAR_WT_ROWS rows (a transposed view; see above)."""
-    rows = x.numel() // x.shape[-1]
-    if (LINEAR_WT_ROWS is None or x.device.type != "cpu" or torch.is_grad_enabled()
-            or not LINEAR_WT_ROWS[0] <= rows <= LINEAR_WT_ROWS[1]):
+    """F.linear, or `weight @ x.T` for CPU inference over 2..8 rows where LINEAR_WT_ROWS says so (see above)."""
+    if LINEAR_WT_ROWS is None or x.device.type != "cpu" or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
-    y = (weight @ x.reshape(-1, x.shape[-1]).T).T.reshape(*x.shape[:-1], weight.shape[0])
+    rows = x.numel() // x.shape[-1]
+    auto = LINEAR_WT_ROWS == "auto"
+    lo, hi = AUTO_ROWS if auto else LINEAR_WT_ROWS
+    if not lo <= rows <= hi or (auto and not _transposed_wins(weight)):
+        return F.linear(x, weight, bias)
+    y = _transposed(x, weight)
     return y if bias is None else y + bias
 
 

@@ -3,6 +3,8 @@ ragged decode steps over the per-row static cache, including the fused q/k/v and
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -92,11 +94,11 @@ def test_decoder_matches_transformers_smollm2(smollm2):
     # <1e-4 at 1), so logits get 1e-3; exactness is asserted where it belongs, on tokens (greedy equality tests)
 
 
-@pytest.mark.parametrize("rows", [None, (2, 8)])
+@pytest.mark.parametrize("rows", ["auto", None, (2, 8)])
 def test_cpu_linear_equals_f_linear_for_every_row_count(monkeypatch, rows):
     import specbench.models.decoder as dec
 
-    monkeypatch.setattr(dec, "LINEAR_WT_ROWS", rows)  # the default (F.linear), and the weight @ x.T switch
+    monkeypatch.setattr(dec, "LINEAR_WT_ROWS", rows)  # the default (timed per shape), F.linear, and weight @ x.T
     g = torch.Generator().manual_seed(0)
     w, b = torch.randn(7, 5, generator=g), torch.randn(7, generator=g)
     for shape in ((5,), (1, 5), (2, 3, 5), (2, 17, 5)):  # 1 row, 6 rows, 34 rows
@@ -106,3 +108,51 @@ def test_cpu_linear_equals_f_linear_for_every_row_count(monkeypatch, rows):
         assert got.shape == (*shape[:-1], 7)
         torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(got_nobias, F.linear(x, w), rtol=1e-5, atol=1e-5)
+
+
+class _SlowFunctional:
+    """A test double for decoder's `F` (torch.nn.functional): F.linear 3 ms slower, everything else as is."""
+
+    def __getattr__(self, name):
+        return getattr(F, name)
+
+    @staticmethod
+    def linear(*args, **kwargs):
+        time.sleep(0.003)
+        return F.linear(*args, **kwargs)
+
+
+@pytest.mark.parametrize("slow", ["transposed", "linear"])
+def test_auto_linear_takes_the_form_a_first_timing_finds_faster(monkeypatch, slow):
+    """LINEAR_WT_ROWS="auto": for 2..8 rows each weight shape takes whichever of F.linear and `weight @ x.T` its first
+    timing found faster, once per process (later calls reuse the choice); 1 row and 9 rows take F.linear."""
+    import specbench.models.decoder as dec
+
+    monkeypatch.setattr(dec, "LINEAR_WT_ROWS", "auto")
+    monkeypatch.setattr(dec, "_TRANSPOSED_WINS", {})
+    calls = []
+    real_transposed = dec._transposed
+
+    def transposed(x, w):
+        calls.append(x.shape[0])
+        if slow == "transposed":
+            time.sleep(0.003)
+        return real_transposed(x, w)
+
+    monkeypatch.setattr(dec, "_transposed", transposed)
+    if slow == "linear":
+        monkeypatch.setattr(dec, "F", _SlowFunctional())
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(11, 9, generator=g)
+    x = torch.randn(3, 9, generator=g)
+    with torch.inference_mode():
+        got = dec._linear(x, w)
+        used = int(slow == "linear")  # the product itself, when the transposed form won
+        assert len(calls) == 4 + used  # the first timing: one untimed and three timed calls of each form
+        assert dec._TRANSPOSED_WINS == {(11, 9, torch.float32): slow == "linear"}
+        again = dec._linear(x, w)  # the choice is reused, not timed again
+        assert len(calls) == 4 + 2 * used
+        expected = real_transposed(x, w) if slow == "linear" else F.linear(x, w)
+        assert torch.equal(got, expected) and torch.equal(again, expected)
+        dec._linear(x[:1], w), dec._linear(torch.randn(9, 9, generator=g), w)  # outside 2..8 rows: F.linear
+        assert len(calls) == 4 + 2 * used
