@@ -107,6 +107,7 @@ _WIDE_CANDIDATES = [(128, 64, 8, 3), (128, 64, 4, 4), (64, 64, 4, 4), (128, 32, 
 _CANDIDATES = [(16, 256, 4, 4), (16, 512, 4, 3), (32, 256, 4, 4), (32, 512, 4, 3), (64, 256, 4, 3), (16, 1024, 4, 2)]
 _TUNED: dict[tuple, tuple] = {}  # (M bucket, "inv" or "inv-wide", N, K, may_split, silu) -> (BN, BK, warps, stages, split)
 ENABLED = True  # a switch for A/B measurements
+TUNE_FROM_HBM = True  # `_tune` times each candidate on weights read from HBM (`_weight_copies`); a switch for A/B
 # with programmatic dependent launch (decode.pdl): pull W into L2 before waiting for x. Measured SLOWER on the H200
 # (experiments/gpu/probe_draft-run2.txt, graph replay: 8B 5.62 ms against 4.75 with dependent launch alone, 0.6B 1.089
 # against 1.058), so off; a switch for A/B measurements
@@ -209,16 +210,18 @@ def _tune(x, w, bias, may_split, silu=False, block_ms: tuple[int, ...] = (), wid
     best, best_ms = None, float("inf")
     torch.cuda.synchronize(x.device)
     tall = x.repeat(-(-max(block_ms, default=1) // x.shape[0]), 1) if block_ms else x
+    ws = _weight_copies(w)
     for cfg in _candidates(n, k, sms, may_split and bias is None, invariant, wide):
         try:
             for block_m in block_ms:  # raises (OutOfResources) where this tile height does not fit
                 _launch(tall[:block_m], w, bias, cfg, may_split, silu, block_m=block_m)
-            for _ in range(3):  # compile, then time 10 launches inside a graph (launch overhead out)
+            for _ in range(3):  # compile, then time launches inside a graph (launch overhead out)
                 _launch(x, w, bias, cfg, may_split, silu, block_m=timed_m)
+            launches = max(10, len(ws))
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                for _ in range(10):
-                    _launch(x, w, bias, cfg, may_split, silu, block_m=timed_m)
+                for i in range(launches):
+                    _launch(x, ws[i % len(ws)], bias, cfg, may_split, silu, block_m=timed_m)
             graph.replay()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -226,13 +229,25 @@ def _tune(x, w, bias, may_split, silu=False, block_ms: tuple[int, ...] = (), wid
                 graph.replay()
             end.record()
             end.synchronize()
-            ms = start.elapsed_time(end) / 50
+            ms = start.elapsed_time(end) / (5 * launches)
             del graph
         except Exception:  # noqa: BLE001 - a config that does not compile (shared memory) is skipped
             continue
         if ms < best_ms:
             best, best_ms = cfg, ms
     return best
+
+
+def _weight_copies(w: torch.Tensor) -> list[torch.Tensor]:
+    """w, and as many copies of it as make one timing graph read more than twice the L2 cache (at most 32): each
+    launch then streams its weight from HBM, as in a forward, where every layer has its own weight. Timed on one
+    weight, a weight that fits in L2 (all of a 0.6B's) is read from L2 after the first launch, and the tuning ranks
+    the candidates by a rate the forward never sees (experiments/gpu/probe_gemm_shapes-run1.txt)."""
+    if not TUNE_FROM_HBM:
+        return [w]
+    l2 = getattr(torch.cuda.get_device_properties(w.device), "L2_cache_size", 50 << 20)
+    copies = min(32, -(-2 * l2 // (w.numel() * w.element_size())))
+    return [w] + [w.clone() for _ in range(copies - 1)]
 
 
 def usable(x: torch.Tensor, w: torch.Tensor, max_m: int | None = MAX_M) -> bool:
