@@ -59,8 +59,8 @@ def use_pdl(on: bool) -> None:
 def pdl(device: torch.device) -> bool:
     """Whether the decoder's kernels on `device` use programmatic dependent launch (Hopper and later, compiled
     kernels only): the GEMMs are launched as dependents of the kernel before them and may start while it runs,
-    pulling their weights (which no kernel writes) into L2 before they wait for its output
-    (`skinny_gemm._skinny_kernel`); the other kernels here signal at their start that the next one may launch.
+    waiting for its output before they read it (`skinny_gemm._skinny_kernel`; pulling their weights into L2 first is
+    `skinny_gemm.PREFETCH`, off); the other kernels here signal at their start that the next one may launch.
     Arithmetic is unchanged: every read of an activation and every write comes after the wait."""
     if not PDL or _INTERPRETED or triton is None or device.type != "cuda":
         return False
@@ -87,7 +87,7 @@ if triton is not None:
     @triton.jit
     def _add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, s_ptr, out_ptr, H, NROWS, eps,
                             HAS_ADD: tl.constexpr, NUM_PARTS: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
-        if PDL:  # the next kernel (a GEMM) may launch now and prefetch its weights; it waits for this one's output
+        if PDL:  # the next kernel (a GEMM) may launch now; it waits for this one's output
             tl.extra.cuda.gdc_launch_dependents()
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)

@@ -186,6 +186,7 @@ def _launch(x, w, bias, cfg, may_split, silu=False, block_m=TILE_M):
     k_per = k // split if k % (split * block_k) == 0 else -(-k // (split * block_k)) * block_k
     dependent = pdl(x.device)
     launch = {"launch_pdl": True} if dependent else {}
+    prefetch = dependent and PREFETCH
     if split > 1:
         out = torch.empty((split, m, n), device=x.device, dtype=torch.float32)
     else:
@@ -193,8 +194,8 @@ def _launch(x, w, bias, cfg, may_split, silu=False, block_m=TILE_M):
     _skinny_kernel[(triton.cdiv(m, block_m), triton.cdiv(n, block_n), split)](
         x, w, bias if bias is not None else w, out, m, n, k, x.stride(0), w.stride(0), k_per,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PARTIAL=split > 1, HAS_BIAS=bias is not None,
-        EVEN_K=k % block_k == 0 and k_per % block_k == 0, SILU=silu, PDL=dependent, PREFETCH=dependent and PREFETCH,
-        pf_programs=PREFETCH_WAVES * _sms(x.device), num_warps=warps, num_stages=stages, **launch)
+        EVEN_K=k % block_k == 0 and k_per % block_k == 0, SILU=silu, PDL=dependent, PREFETCH=prefetch,
+        pf_programs=PREFETCH_WAVES * _sms(x.device) if prefetch else 0, num_warps=warps, num_stages=stages, **launch)
     return out
 
 
