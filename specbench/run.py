@@ -32,7 +32,7 @@ from specbench.models.loading import (DTYPES, LoadedModel, ModelSpec, load_model
                                       resolve_spec, suggested_draft)
 from specbench.models.multimodal import image_processor_for, make_vlm_aware_runner
 from specbench.models.cuda_graphs import cuda_graphs_default, graph_captures, maybe_graphed
-from specbench.models.decoder import cpu_bf16_invariant
+from specbench.models.decoder import cpu_bf16_invariant, onednn_bf16
 from specbench.models.runner import BACKENDS
 from specbench.models.tensor_parallel import env_rank, init_group, raise_if_unshardable
 from specbench.strategies.base import BuildContext, Proposer
@@ -320,9 +320,21 @@ def _environment(device: torch.device) -> dict[str, Any]:
            "platform": platform.platform(), "device": str(device), "cpu_count": os.cpu_count(), **project_commit()}
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
-    else:
-        env["torch_threads"] = torch.get_num_threads()
+    else:  # on the CPU the dtype engine.dtype=auto picks, and the speed, depend on the vector and matrix units
+        env.update(torch_threads=torch.get_num_threads(), cpu=_cpu_model(),
+                   cpu_capability=torch.backends.cpu.get_cpu_capability(), onednn_bf16=onednn_bf16())
     return env
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux; platform.processor() elsewhere, which may be empty)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def _output_dir(cfg: DictConfig | Mapping[str, Any]) -> tuple[Path, str | None, str]:

@@ -52,6 +52,8 @@ def test_run_writes_results_and_outputs(tmp_path: Path):
     assert set(results["strategy"]["tpot_ms"]) == {"mean", "median", "p90", "p99", "n"}
     assert results["speedup"]["speedup"] > 0
     assert results["environment"]["torch"] and "git_sha" in results["environment"]
+    env = results["environment"]  # a CPU run names the CPU and its units (they decide engine.dtype=auto and the speed)
+    assert env["cpu"] and env["cpu_capability"] and isinstance(env["onednn_bf16"], bool)
     assert set(results["by_category"])  # builtin prompts carry categories
     lines = [json.loads(x) for x in (tmp_path / "outputs.jsonl").read_text().splitlines()]
     assert len(lines) == 5 and lines[0]["prompt_id"].startswith("builtin/")
