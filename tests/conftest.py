@@ -10,6 +10,10 @@ import torch
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+# Triton reads TRITON_INTERPRET when a kernel module is first imported, and any test directory may import one (through
+# run.py or the decoder) before tests/kernels is collected: without a GPU, set it here, before every test module
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests/specbench_testing.py, for test files in subdirectories
 

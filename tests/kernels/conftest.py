@@ -1,7 +1,7 @@
 """Kernel tests run the Triton kernels in the CPU interpreter unless a CUDA GPU is present.
 
 TRITON_INTERPRET is read when a kernel is decorated, so it must be set before
-specbench.kernels.* is imported; conftest runs before the test modules here are collected.
+specbench.kernels.* is imported: tests/conftest.py sets it, before any test module is collected.
 
 In the interpreter, `tl.dot` is numpy's matmul, and numpy's float32 matmul may sum in an order that
 follows the operands' shapes: on an AMD EPYC (AVX2, no AVX-512; 2026-12-02) rows 0..2 of a 16-row
@@ -15,10 +15,6 @@ each chunk's products summed in float64, then rounded to float32 once.
 import os
 
 import numpy as np
-import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def _shape_independent_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
