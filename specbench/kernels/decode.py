@@ -46,8 +46,13 @@ PDL = True  # programmatic dependent launch on sm90+ (a switch for A/B measureme
 
 
 @functools.lru_cache(maxsize=None)
-def _capability_major(index: int) -> int:
-    return torch.cuda.get_device_capability(index)[0]
+def _properties(index: int):
+    """torch.cuda.get_device_properties, once per GPU (the decoder asks on every launch)."""
+    return torch.cuda.get_device_properties(index)
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def use_pdl(on: bool) -> None:
@@ -59,12 +64,12 @@ def use_pdl(on: bool) -> None:
 def pdl(device: torch.device) -> bool:
     """Whether the decoder's kernels on `device` use programmatic dependent launch (Hopper and later, compiled
     kernels only): the GEMMs are launched as dependents of the kernel before them and may start while it runs,
-    waiting for its output before they read it (`skinny_gemm._skinny_kernel`; pulling their weights into L2 first is
-    `skinny_gemm.PREFETCH`, off); the other kernels here signal at their start that the next one may launch.
+    waiting for its output before they read it (`skinny_gemm._skinny_kernel`); the other kernels here signal at
+    their start that the next one may launch.
     Arithmetic is unchanged: every read of an activation and every write comes after the wait."""
     if not PDL or _INTERPRETED or triton is None or device.type != "cuda":
         return False
-    return _capability_major(device.index if device.index is not None else torch.cuda.current_device()) >= 9
+    return _properties(_index(device)).major >= 9
 
 
 from specbench.kernels.decode_ref import (  # noqa: E402,F401 - the references, re-exported beside the kernels
@@ -309,16 +314,15 @@ def qkv_rope_cache(qkv, positions, batch, cos_table, sin_table, norm_w, eps, k_c
     return q
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+def sm_count(device: torch.device) -> int:
+    return _properties(_index(device)).multi_processor_count
 
 
 def attention_splits(batch: int, hkv: int, max_slots: int, device: torch.device) -> int:
     """How many pieces to split each row's cache into so that the grid fills the GPU at small batch."""
     if device.type != "cuda":
         return 2 if max_slots > 64 else 1  # exercise the combine pass in the interpreter tests
-    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    sms = sm_count(device)
     want = -(-2 * sms // max(1, batch * hkv))
     return int(max(1, min(16, want, -(-max_slots // 128))))
 

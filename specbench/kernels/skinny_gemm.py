@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from specbench.kernels.decode import _INTERPRETED, pdl, triton, triton_available
+from specbench.kernels.decode import _INTERPRETED, _index, _properties, pdl, sm_count, triton, triton_available
 
 if triton is not None:
     import triton.language as tl
@@ -44,7 +44,7 @@ if triton is not None:
     def _skinny_kernel(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, k_per_split,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        PARTIAL: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, SILU: tl.constexpr,
-                       PDL: tl.constexpr, PREFETCH: tl.constexpr, pf_programs):
+                       PDL: tl.constexpr):
         pid_m = tl.program_id(0)  # fastest: the M tiles of one W tile run side by side
         pid_n = tl.program_id(1)
         pid_s = tl.program_id(2)
@@ -55,16 +55,8 @@ if triton is not None:
         m_ok = rm < M
         k_lo = pid_s * k_per_split
         if PDL:  # launched as a dependent: the kernel before this one may still be running
-            if PREFETCH:
-                # W is never written by a kernel, so this program's share of it may be pulled into L2 now, as
-                # 32-byte sectors (16 elements), by the programs that are resident early (the first waves)
-                if (pid_s * tl.num_programs(1) + pid_n) * tl.num_programs(0) + pid_m < pf_programs:
-                    rn_pf = tl.minimum(rn, N - 1).to(tl.int64) * stride_wn
-                    for k0 in range(k_lo, k_lo + k_per_split, BLOCK_K):
-                        kk_pf = tl.minimum(k0 + tl.arange(0, BLOCK_K // 16) * 16, K - 1)
-                        tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l",
-                                                  [w_ptr + rn_pf[:, None] + kk_pf[None, :]], dtype=tl.int32,
-                                                  is_pure=False, pack=1)
+            # (pulling W into L2 here, before the wait, was measured SLOWER on the H200: 8B graph replay 5.62 ms
+            # against 4.75, 0.6B 1.089 against 1.058, experiments/gpu/probe_draft-run2.txt; removed after 61df131)
             tl.extra.cuda.gdc_launch_dependents()
             tl.extra.cuda.gdc_wait()  # every read of x and every write comes after this
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
@@ -108,11 +100,6 @@ _CANDIDATES = [(16, 256, 4, 4), (16, 512, 4, 3), (32, 256, 4, 4), (32, 512, 4, 3
 _TUNED: dict[tuple, tuple] = {}  # (M bucket, "inv" or "inv-wide", N, K, may_split, silu) -> (BN, BK, warps, stages, split)
 ENABLED = True  # a switch for A/B measurements
 TUNE_FROM_HBM = True  # `_tune` times each candidate on weights read from HBM (`_weight_copies`); a switch for A/B
-# with programmatic dependent launch (decode.pdl): pull W into L2 before waiting for x. Measured SLOWER on the H200
-# (experiments/gpu/probe_draft-run2.txt, graph replay: 8B 5.62 ms against 4.75 with dependent launch alone, 0.6B 1.089
-# against 1.058), so off; a switch for A/B measurements
-PREFETCH = False
-PREFETCH_WAVES = 3  # programs per SM that prefetch (those resident early), not a large GEMM's later waves
 FUSE_SILU = False  # silu(gate) * up in the down GEMM's prologue: measured SLOWER on the H200 (0.6B 1x1 1.32 vs 1.04 ms; 8B 6.96 vs 4.57 ms), off
 
 
@@ -121,9 +108,7 @@ def _m_bucket(m: int) -> int:
 
 
 def _sms(device: torch.device) -> int:
-    from specbench.kernels.decode import _sm_count
-
-    return 132 if device.type != "cuda" else _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return 132 if device.type != "cuda" else sm_count(device)
 
 
 def _splits_for(n: int, k: int, block_n: int, block_k: int, sms: int, may_split: bool) -> list[int]:
@@ -186,7 +171,6 @@ def _launch(x, w, bias, cfg, may_split, silu=False, block_m=TILE_M):
     k_per = k // split if k % (split * block_k) == 0 else -(-k // (split * block_k)) * block_k
     dependent = pdl(x.device)
     launch = {"launch_pdl": True} if dependent else {}
-    prefetch = dependent and PREFETCH
     if split > 1:
         out = torch.empty((split, m, n), device=x.device, dtype=torch.float32)
     else:
@@ -194,8 +178,8 @@ def _launch(x, w, bias, cfg, may_split, silu=False, block_m=TILE_M):
     _skinny_kernel[(triton.cdiv(m, block_m), triton.cdiv(n, block_n), split)](
         x, w, bias if bias is not None else w, out, m, n, k, x.stride(0), w.stride(0), k_per,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PARTIAL=split > 1, HAS_BIAS=bias is not None,
-        EVEN_K=k % block_k == 0 and k_per % block_k == 0, SILU=silu, PDL=dependent, PREFETCH=prefetch,
-        pf_programs=PREFETCH_WAVES * _sms(x.device) if prefetch else 0, num_warps=warps, num_stages=stages, **launch)
+        EVEN_K=k % block_k == 0 and k_per % block_k == 0, SILU=silu, PDL=dependent,
+        num_warps=warps, num_stages=stages, **launch)
     return out
 
 
@@ -246,7 +230,7 @@ def _weight_copies(w: torch.Tensor) -> list[torch.Tensor]:
     the candidates by a rate the forward never sees (experiments/gpu/probe_gemm_shapes-run1.txt)."""
     if not TUNE_FROM_HBM:
         return [w]
-    l2 = getattr(torch.cuda.get_device_properties(w.device), "L2_cache_size", 50 << 20)
+    l2 = getattr(_properties(_index(w.device)), "L2_cache_size", 50 << 20)
     copies = min(32, -(-2 * l2 // (w.numel() * w.element_size())))
     return [w] + [w.clone() for _ in range(copies - 1)]
 
