@@ -48,7 +48,8 @@ class RowResult:
 
 @dataclass
 class BatchTiming:
-    prefill_s: float = 0.0
+    prefill_s: float = 0.0  # the target's prefill and the drafter's ingestion of the same prompts (draft_prefill_s)
+    draft_prefill_s: float = 0.0  # of which the drafter's (a draft model with its own cache reading the prompts)
     draft_s: float = 0.0
     verify_s: float = 0.0  # target forward + acceptance
     total_s: float = 0.0
@@ -172,7 +173,12 @@ class Engine:
             state.active = torch.tensor(active, device=dev)
             state.target_hidden, state.target_layer_hidden = out.hidden, out.layer_hidden
             state.target_positions = positions
+            # the drafter ingests the prompts (a draft model's own prefill): prefill, not decode, time, as under
+            # continuous batching, where each admission's target and draft prefills are timed together
+            start_clock = _PhaseClock(dev)
+            start_clock.mark()
             self.proposer.start(state, out.hidden)
+            start_clock.mark()
             timing.prefill_s, emitted = ttft, bsz
         if on_step:
             on_step(emitted)
@@ -253,6 +259,9 @@ class Engine:
         timing.verify_s = sum(phases[1::3])
         if continuous:
             timing.prefill_s = sum(admit_clock.seconds()[0::2])
+        else:
+            timing.draft_prefill_s = start_clock.seconds()[0]
+            timing.prefill_s += timing.draft_prefill_s
         timing.total_s = time.perf_counter() - t0
         timing.draft_forwards = self.proposer.draft_forwards - forwards_before
         return results, timing

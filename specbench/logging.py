@@ -150,9 +150,9 @@ def results_table(results: Mapping[str, Any]) -> str:
     add("ITL ms p99", lambda b: _fmt(b["itl_ms"].get("p99"), 1))
     add("decode tok/s, whole batch", lambda b: _fmt(b.get("decode_tokens_per_s_overall"), 1))
     add("output tok/s, whole run", lambda b: _fmt(b.get("output_tokens_per_s_overall"), 1))
-    add("time: draft/verify/other %", lambda b: "/".join(
-        _fmt(100 * b["time_split"][f] / b["time_split"]["total_s"], 0) if b["time_split"]["total_s"] else "-"
-        for f in ("draft_s", "verify_s", "other_s")))
+    add("time: prefill/draft/verify/other %", lambda b: "/".join(  # prefill: the target's and the drafter's
+        _fmt(100 * b["time_split"].get(f, 0.0) / b["time_split"]["total_s"], 0) if b["time_split"]["total_s"] else "-"
+        for f in ("prefill_s", "draft_s", "verify_s", "other_s")))
     widths = [max(len(r[i]) for r in [header] + lines) for i in range(len(header))]
     fmt = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
     out = [fmt(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [fmt(r) for r in lines]

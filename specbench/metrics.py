@@ -109,7 +109,8 @@ def summarize(per_prompt: Sequence[dict[str, Any]], timings: Sequence[BatchTimin
         verify = sum(t.verify_s for t in timings)
         prefill = sum(t.prefill_s for t in timings)
         out["time_split"] = {
-            "total_s": total, "prefill_s": prefill, "draft_s": draft, "verify_s": verify,
+            "total_s": total, "prefill_s": prefill, "draft_prefill_s": sum(t.draft_prefill_s for t in timings),
+            "draft_s": draft, "verify_s": verify,
             "other_s": max(0.0, total - prefill - draft - verify),
             "draft_frac": draft / total if total else None, "verify_frac": verify / total if total else None,
             "steps": sum(t.steps for t in timings),
@@ -120,7 +121,8 @@ def summarize(per_prompt: Sequence[dict[str, Any]], timings: Sequence[BatchTimin
         out["verify_ms_per_step"] = 1e3 * verify / steps if steps else None
         out["output_tokens_per_s_overall"] = out["output_tokens"] / total if total else None
         # whole-batch decode throughput: tokens after each row's first (which the prefill emits) over the time
-        # after the prefill, every row of every batch counted together
+        # outside the prefills (the target's, and a draft model's ingestion of the same prompts: draft_prefill_s),
+        # every row of every batch counted together; output_tokens_per_s_overall counts every second
         decode_s = total - prefill
         out["decode_tokens_per_s_overall"] = (out["output_tokens"] - len(per_prompt)) / decode_s if decode_s > 0 else None
     return out

@@ -3,6 +3,8 @@ and the target's distribution at T > 0 (with a mutation check that the test can 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from specbench_testing import chisquare_pvalue, hf_greedy, perturbed, ragged_prompts, resample_from_p, tiny
@@ -84,6 +86,30 @@ def test_continuous_batching_refills_slots_and_times_requests_from_admission():
     engine.max_new_tokens = 1  # every request ends at its first token: slots refill at once, until the queue is empty
     rows, timing = engine.generate(prompts, concurrency=3)
     assert [r.output_ids for r in rows] == [e[:1] for e in expected] and timing.steps == 0
+
+
+class _SlowIngestion(DraftModelProposer):
+    """Test double: a draft model whose ingestion of the prompts (its own prefill) takes a known 0.3 s longer."""
+
+    def start(self, state, prefill_hidden):
+        time.sleep(0.3)
+        super().start(state, prefill_hidden)
+
+
+def test_a_draft_models_prefill_is_prefill_time_not_decode_time():
+    """The drafter reading the prompts (proposer.start) is timed as prefill, as under continuous batching, so the
+    whole-batch decode throughput counts decode steps only; the rows' TTFT stays the target's first token."""
+    target = tiny("tiny-llama")
+    ctx = _ctx(target, perturbed(target, 0.3))
+    engine = Engine(ctx.target_runner, _SlowIngestion(ctx, k=3), Verifier(SamplingParams(), CPU), max_new_tokens=8,
+                    eos_ids=set(), device=CPU)
+    rows, timing = engine.generate(ragged_prompts(target.vocab_size)[:3])
+    assert timing.draft_prefill_s >= 0.3 and timing.prefill_s >= timing.draft_prefill_s + max(r.ttft_s for r in rows)
+    assert all(r.ttft_s < 0.3 for r in rows)  # the first token does not wait for the drafter
+    assert timing.total_s - timing.prefill_s < 0.3  # decode time: the steps, without the drafter's prefill
+    rows, timing = Engine(ctx.target_runner, TargetOnly(ctx), Verifier(SamplingParams(), CPU), max_new_tokens=8,
+                          eos_ids=set(), device=CPU).generate(ragged_prompts(target.vocab_size)[:3])
+    assert timing.draft_prefill_s < 0.05  # nothing to ingest
 
 
 @pytest.mark.slow
