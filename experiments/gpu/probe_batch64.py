@@ -12,16 +12,14 @@ most GPU time in each prefill and in the 2-token forward (torch.profiler).
 
 from __future__ import annotations
 
-import collections
 import sys
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).parent))
-from probe_common import alternate, capture, run  # noqa: E402
+from probe_common import alternate, capture, kernel_times, run  # noqa: E402
 
 from specbench.models.decoder import DecoderRunner  # noqa: E402
 from specbench.models.loading import load_model, resolve_spec  # noqa: E402
@@ -31,14 +29,8 @@ KERNELS = {"invariant": True, "fastest": False}
 
 
 def top_kernels(fn, label: str, n: int = 8) -> None:
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    by_name: collections.Counter[str] = collections.Counter()
-    for e in kernels:
-        by_name[e.name[:70]] += e.device_time
-    print(f"  {label}: kernels {sum(by_name.values()) / 1e3:.3f} ms in {len(kernels)}", flush=True)
+    by_name, count = kernel_times(fn)
+    print(f"  {label}: kernels {sum(by_name.values()) / 1e3:.3f} ms in {count}", flush=True)
     for kname, us in by_name.most_common(n):
         print(f"      {us / 1e3:.3f} ms  {kname}", flush=True)
 

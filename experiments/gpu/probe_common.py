@@ -1,13 +1,16 @@
-"""What the batch-1 forward probes share (probe_draft.py, probe_tuning.py): a model's 1-token forward at a 256-token
-prefix on our decoder, its capture into a CUDA graph, and alternating timing of several graphs."""
+"""What the forward probes share (probe_draft.py, probe_tuning.py, probe_batch64.py): a model's 1-token forward at a
+256-token prefix on our decoder, its capture into a CUDA graph, alternating timing of several graphs, and the GPU
+time of a call by kernel."""
 
 from __future__ import annotations
 
+import collections
 import os
 import statistics
 from collections.abc import Callable
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 from triton.testing import do_bench
 
 from specbench.models.decoder import DecoderRunner
@@ -50,6 +53,18 @@ def alternate(graphs: dict[str, torch.cuda.CUDAGraph], rounds: int = 5) -> dict[
         for mode, graph in graphs.items():
             times[mode].append(do_bench(graph.replay, warmup=5, rep=40, return_mode="median"))
     return {mode: statistics.median(t) for mode, t in times.items()}
+
+
+def kernel_times(fn: Callable[[], object], width: int = 70) -> tuple[collections.Counter[str], int]:
+    """GPU microseconds of one call of `fn` by kernel name (cut to `width` characters), and how many kernels ran."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    by_name: collections.Counter[str] = collections.Counter()
+    for e in kernels:
+        by_name[e.name[:width]] += e.device_time
+    return by_name, len(kernels)
 
 
 def run(probe: Callable[[str, torch.device], None]) -> None:

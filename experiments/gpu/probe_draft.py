@@ -13,16 +13,14 @@ that prefetched the GEMMs' weights into L2 (probe_draft-run2.txt); it measured s
 
 from __future__ import annotations
 
-import collections
 import sys
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).parent))
-from probe_common import alternate, capture, one_token_forward, run  # noqa: E402
+from probe_common import alternate, capture, kernel_times, one_token_forward, run  # noqa: E402
 
 from specbench.kernels.decode import use_pdl  # noqa: E402
 
@@ -45,15 +43,9 @@ def probe(name: str, dev: torch.device) -> None:
     print(f"{name}: graph replay ms by launch mode (median of 5 alternating rounds): "
           + ", ".join(f"{m} {t:.3f}" for m, t in times.items())
           + f"; logits bit-identical across modes: {same}", flush=True)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fwd()
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    by_name: collections.Counter[str] = collections.Counter()
-    for e in kernels:
-        by_name[e.name[:60]] += e.device_time
-    total = sum(e.device_time for e in kernels) / 1e3
-    print(f"{name}: eager {eager:.3f} ms, graph replay {replay:.3f} ms, kernels {total:.3f} ms in {len(kernels)}",
+    by_name, count = kernel_times(fwd, width=60)
+    total = sum(by_name.values()) / 1e3
+    print(f"{name}: eager {eager:.3f} ms, graph replay {replay:.3f} ms, kernels {total:.3f} ms in {count}",
           flush=True)
     for kname, us in by_name.most_common(8):
         print(f"    {us / 1e3:.3f} ms  {kname}", flush=True)
