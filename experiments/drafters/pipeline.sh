@@ -6,6 +6,8 @@
 #   bash experiments/drafters/pipeline.sh train2  # steered magpie prompts, a second EAGLE head on all the prompts
 #   bash experiments/drafters/pipeline.sh vocab   # 2 responses per prompt, reduced draft vocabulary 16k (then vocab2: 8k, full)
 #   bash experiments/drafters/pipeline.sh eagle3  # vocab's data and head, with EAGLE-3's fusion of target layers 2, 15, 27
+#   bash experiments/drafters/pipeline.sh evals-data  # vocab's data plus human-written openai-evals requests (call 1 of 2)
+#   bash experiments/drafters/pipeline.sh evals   # (call 2) the shipped head's recipe on that set, then both heads' AL
 # Every stage has a time budget, so a command ends inside its limit; what a budget cut is printed with the
 # setting that reproduces it (data.max_shards, train.stop_after). SMOKE=1 runs the same commands at toy
 # sizes on the CPU (a check before spending device time).
@@ -18,7 +20,7 @@
 # shipped checkpoints: for the calls that carry a GGUF part, move specbench/checkpoints/*/model.safetensors out of
 # the checkout and put them back after (no stage reads them).
 set -euo pipefail
-stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3}
+stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
 G=$PWD/.cache/gpu
 RUN=$G/run
@@ -114,6 +116,36 @@ if [ "$stage" = eagle3 ]; then
       | tee "$RUN/e3.log" | grep -v "train eagle:" | tail -8
   tar czf "$RUN/e3.tgz" -C "$RUN" e3.log e3/checkpoint e3/metrics.jsonl
   split -b 15M "$RUN/e3.tgz" "$OUT/e3.tgz.part_"
+fi
+
+if [ "$stage" = evals-data ] || [ "$stage" = evals ]; then
+  # (issue 13 item 3) the shipped head's recipe (vocab: 2 responses per prompt, draft vocabulary 8192, 3-step
+  # training-time test) on its prompts plus 10,635 human-written requests from OpenAI's evals registry
+  # (prompts/openai_evals.jsonl.gz, `python -m specbench.train.prompts --magpie 0 --code 0 --evals -1`). The set is
+  # ~64 shards, more than one command makes: evals-data generates shards for DATA_BUDGET_S (one training step, thrown
+  # away), evals generates none (data.time_budget_s=0: the shards made so far, a seeded random subset, are used),
+  # trains, then measures the new head and the shipped one in one sweep (fp32, k=3, T=0, all of MT-Bench's first
+  # turns and HumanEval, as the eagle3 table was). The machine must stay warm between the two calls.
+  P=$PWD/experiments/drafters/prompts
+  EV="strategy=eagle strategy.unroll=3 strategy.draft_vocab=8192 train.batch_size=$TB train.lr=6e-4 train.warmup=100
+      $COMMON data.max_new_tokens=128 data.samples=2 data.temperature=0.7 data.cache_dir=$RUN/distill4
+      data.path=[$P/magpie_smollm2-135m.jsonl.gz,$P/magpie_steered_smollm2-135m.jsonl.gz,$P/python_stdlib.jsonl.gz,$P/openai_evals.jsonl.gz,$SPEC]"
+  if [ "$stage" = evals-data ]; then
+    py -m specbench.train $EV train.steps=$((STEPS * 10 / 3)) train.stop_after=1 \
+        data.time_budget_s=${DATA_BUDGET_S:-540} output_dir=$RUN/evals-data | grep -E "^distillation" | tail -4
+  else
+    py -m specbench.train $EV train.steps=${EVALS_STEPS:-$((STEPS * 5))} train.time_budget_s=${TRAIN_BUDGET_S:-330} \
+        data.time_budget_s=0 output_dir=$RUN/ev | tee "$RUN/ev.log" | grep -v "train eagle:" | tail -8
+    tar czf "$RUN/ev.tgz" -C "$RUN" ev.log ev/checkpoint ev/metrics.jsonl
+    split -b 15M "$RUN/ev.tgz" "$OUT/ev.tgz.part_"
+    left=$((DEADLINE - SECONDS))
+    timeout $((left > 15 ? left : 15)) python3 -m specbench -m logger=none baseline=false engine.batch_size=164 \
+        max_new_tokens=$GEN engine.dtype=float32 engine.cuda_graphs=false engine.warmup=false engine.device=$DEV \
+        dataset=mt-bench,humaneval $NP strategy.k=3 sampling.temperature=0 \
+        strategy.checkpoint=eagle-smollm2-135m,$RUN/ev/checkpoint hydra.sweep.dir=$RUN/ev-al \
+        'hydra.sweep.subdir=${hydra.job.num}' 2>&1 | tr '\r' '\n' | grep -E "^results:|acceptance length|Error" || true
+    tar czf "$OUT/ev-al.tgz" -C "$RUN" ev-al
+  fi
 fi
 
 if [ "$stage" = more ]; then

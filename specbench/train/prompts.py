@@ -13,6 +13,10 @@ decide how far it transfers. Sources (one `Prompt` each; `chat=False` marks a ra
 - python-stdlib: HumanEval-shaped raw completions, a function's signature and docstring (top-level
   functions and public methods) cut out of the Python standard library's own source (which depends
   on the Python version, so the set is generated once and kept as a file).
+- openai-evals: human-written requests from the sample files of OpenAI's evals registry, which the `evals` wheel
+  on the package index ships (MIT; the datasets its LICENSE.md lists under other licenses are left out). Each
+  row's system and user turns, joined, are one request (`openai_evals_prompts`). Mostly short tasks (classify,
+  answer in one word, solve a puzzle, reason about a story), written by people, not by the target.
 - Spec-Bench's non-MT-Bench categories and any jsonl file: read by specbench.train.data.
 
 `python -m specbench.train.prompts` drops every prompt that shares a 13-word sequence with an
@@ -35,6 +39,7 @@ import sys
 import sysconfig
 import textwrap
 import time
+import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -174,6 +179,80 @@ def _stdlib_functions(min_doc_chars: int, max_chars: int) -> tuple[Prompt, ...]:
 # -- contamination ---------------------------------------------------------------------------------
 
 
+# -- openai-evals: human-written requests shipped in the `evals` wheel -----------------------------
+
+EVALS_WHEEL = ("evals==3.0.1.post1", "evals-3.0.1.post1")  # (requirement, wheel file name prefix)
+EVALS_DATA = "evals/registry/data/"
+
+
+def openai_evals_prompts(num: int | None = None, seed: int = 0, *, per_eval: int = 40, min_chars: int = 20,
+                         max_chars: int = 1200, min_ascii: float = 0.97, rows_per_file: int = 2000,
+                         wheel: Path | None = None) -> list[Prompt]:
+    """Requests from the sample files of OpenAI's evals registry (read from the `evals` wheel; `wheel` for another
+    copy). A row whose `input` is a chat without an assistant turn (or a plain string) gives one request: its
+    system and user turns joined by a blank line. Kept: `min_chars`..`max_chars` characters, at least `min_ascii` of
+    them ASCII (the target is an English model), each text once, at most `per_eval` per eval (its directory, so no
+    one eval dominates; the first `rows_per_file` rows of each file are read), in a seeded random order, `num` of
+    them (None = all). The eval's name is the category. Datasets the wheel's LICENSE.md lists under licenses of
+    their own are skipped: what is kept is under the repository's MIT license."""
+    from specbench._cache import fetch_wheel
+
+    path = wheel if wheel is not None else fetch_wheel(*EVALS_WHEEL)
+    by_eval: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    with zipfile.ZipFile(path) as zf:
+        excluded = _evals_other_licenses(zf)
+        for name in sorted(n for n in zf.namelist() if n.startswith(EVALS_DATA) and n.endswith(".jsonl")):
+            ev = name[len(EVALS_DATA):].split("/")[0]
+            if ev in excluded:
+                continue
+            with zf.open(name) as f:
+                for i, line in enumerate(f):
+                    if i >= rows_per_file:
+                        break
+                    text = _evals_request(line)
+                    if (text is None or text in seen or not min_chars <= len(text) <= max_chars
+                            or sum(c.isascii() for c in text) < min_ascii * len(text)):
+                        continue
+                    seen.add(text)
+                    by_eval.setdefault(ev, []).append(text)
+    rng = random.Random(seed)
+    picked = []
+    for ev in sorted(by_eval):
+        texts = by_eval[ev]
+        rng.shuffle(texts)
+        picked += [Prompt(id=f"openai-evals/{ev}/{i}", text=t, category=ev) for i, t in enumerate(texts[:per_eval])]
+    rng.shuffle(picked)
+    return picked if num is None else picked[:num]
+
+
+def _evals_other_licenses(zf: zipfile.ZipFile) -> set[str]:
+    """The evals whose data the wheel's LICENSE.md lists under a license of their own
+    ("**Location**: evals/registry/data/<eval>")."""
+    lic = next((n for n in zf.namelist() if n.endswith(".dist-info/LICENSE.md")), None)
+    if lic is None:
+        raise ConfigError(f"{zf.filename} has no LICENSE.md in its .dist-info: cannot tell which datasets to leave out")
+    text = zf.read(lic).decode("utf-8", errors="replace")
+    return {m.rstrip("/").split("/")[-1] for m in re.findall(r"\*\*Location\*\*:\s*(\S+)", text)}
+
+
+def _evals_request(line: bytes) -> str | None:
+    """One sample row's request text, or None (not a chat input, an assistant turn already in it, or unreadable)."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    inp = row.get("input") if isinstance(row, dict) else None
+    if isinstance(inp, str):
+        inp = [{"role": "user", "content": inp}]
+    if not isinstance(inp, list) or not all(isinstance(m, dict) for m in inp):
+        return None
+    if any(m.get("role") not in ("system", "user") for m in inp):
+        return None
+    parts = [m["content"].strip() for m in inp if isinstance(m.get("content"), str) and m["content"].strip()]
+    return "\n\n".join(parts) or None
+
+
 def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
     words = re.findall(r"\w+", text.lower())
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
@@ -220,7 +299,8 @@ def write_prompt_set(path: Path, prompts: list[Prompt]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m specbench.train.prompts",
-                                 description="Write a drafter-training prompt set (magpie + python-stdlib), "
+                                 description="Write a drafter-training prompt set (magpie, python-stdlib, "
+                                             "openai-evals), "
                                              "free of MT-Bench and HumanEval text.")
     ap.add_argument("--out", type=Path, required=True, help="jsonl or jsonl.gz to write")
     ap.add_argument("--target", default="smollm2-135m", help="preset that writes the magpie requests")
@@ -232,6 +312,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--magpie-openers", action="store_true",
                     help="steer each request's first words with a task verb (specbench.train.prompts.OPENERS)")
     ap.add_argument("--code", type=int, default=1500, help="number of python-stdlib prompts (0 = none)")
+    ap.add_argument("--evals", type=int, default=0,
+                    help="number of openai-evals requests (from the evals wheel; 0 = none, -1 = all it gives)")
+    ap.add_argument("--evals-per-eval", type=int, default=40, help="at most this many requests from one eval")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--device", default="cpu")
@@ -242,6 +325,10 @@ def main(argv: list[str] | None = None) -> None:
     if a.code:
         prompts += stdlib_code_prompts(a.code, seed=a.seed)
         print(f"python-stdlib: {len(prompts)} prompts (Python {sys.version.split()[0]})")
+    if a.evals:
+        evals = openai_evals_prompts(None if a.evals < 0 else a.evals, seed=a.seed, per_eval=a.evals_per_eval)
+        print(f"openai-evals: {len(evals)} requests from {len({p.category for p in evals})} evals")
+        prompts += evals
     if a.magpie:
         from specbench.models.loading import load_model, resolve_spec
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import zipfile
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from specbench.train.prompts import (
     clean_query,
     drop_contaminated,
     magpie_prefix,
+    openai_evals_prompts,
     stdlib_code_prompts,
     synthesize_magpie,
     write_prompt_set,
@@ -118,3 +120,51 @@ def test_training_prompts_reads_several_files_gzip_and_the_chat_flag(tmp_path):
     assert len({p.id for p in got}) == 3
     with pytest.raises(ConfigError, match="does not exist"):
         training_prompts([str(spec), str(tmp_path / "missing.jsonl")])
+
+
+def _fake_evals_wheel(path):
+    """Test double: a wheel laid out as the `evals` wheel is (registry sample files, LICENSE.md naming the datasets
+    under licenses of their own), with a row of every kind the reader must keep or skip."""
+    chat = lambda *turns: json.dumps({"input": [{"role": r, "content": c} for r, c in turns], "ideal": "x"})  # noqa: E731
+    rows_a = [
+        chat(("system", "Answer Y or N."), ("user", "Is the sky blue on a clear day?")),  # kept: system + user
+        chat(("user", "Is the sky blue on a clear day?"), ("assistant", "Y"), ("user", "Sure?")),  # assistant turn
+        chat(("user", "Ist der Himmel blau? Übersetze ins Französische: Ça, élève, où, déjà vu.")),  # not ASCII enough
+        chat(("user", "Hi")),  # too short
+        json.dumps({"input": "Write one line of strict iambic pentameter about rain."}),  # kept: a plain string
+        chat(("system", "Answer Y or N."), ("user", "Is the sky blue on a clear day?")),  # a duplicate
+        "not json",
+    ]
+    rows_b = [chat(("user", f"Name the capital city of country number {i} in the list.")) for i in range(5)]
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("evals-3.0.1.post1.dist-info/LICENSE.md",
+                    "MIT License\n### Dataset Licenses\n- **Location**: evals/registry/data/other_license\n")
+        zf.writestr("evals/registry/data/a/samples.jsonl", "\n".join(rows_a) + "\n")
+        zf.writestr("evals/registry/data/b/sub/x.jsonl", "\n".join(rows_b) + "\n")
+        zf.writestr("evals/registry/data/other_license/samples.jsonl", chat(("user", "A row under another license.")))
+        zf.writestr("evals/registry/evals/a.yaml", "a: {}\n")
+    return path
+
+
+def test_openai_evals_requests_keep_chat_turns_skip_other_licenses_and_cap_each_eval(tmp_path):
+    wheel = _fake_evals_wheel(tmp_path / "evals-3.0.1.post1-py3-none-any.whl")
+    got = openai_evals_prompts(wheel=wheel, per_eval=3, seed=0)
+    by_eval = {}
+    for p in got:
+        by_eval.setdefault(p.category, []).append(p.text)
+    assert sorted(by_eval["a"]) == ["Answer Y or N.\n\nIs the sky blue on a clear day?",
+                                    "Write one line of strict iambic pentameter about rain."]
+    assert len(by_eval["b"]) == 3 and len(set(by_eval["b"])) == 3  # at most per_eval from one eval
+    assert set(by_eval) == {"a", "b"}  # other_license is listed in LICENSE.md: left out
+    assert all(p.chat and p.id.startswith(f"openai-evals/{p.category}/") for p in got)
+    assert [p.text for p in openai_evals_prompts(wheel=wheel, per_eval=3, seed=0)] == [p.text for p in got]
+    assert [p.text for p in openai_evals_prompts(wheel=wheel, per_eval=3, seed=1)] != [p.text for p in got]
+    assert len(openai_evals_prompts(2, wheel=wheel, per_eval=3)) == 2
+
+
+def test_an_evals_wheel_without_its_license_file_is_refused(tmp_path):
+    wheel = tmp_path / "evals.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("evals/registry/data/a/samples.jsonl", json.dumps({"input": "A request long enough to keep."}))
+    with pytest.raises(ConfigError, match="LICENSE.md"):
+        openai_evals_prompts(wheel=wheel)
