@@ -176,9 +176,6 @@ def _stdlib_functions(min_doc_chars: int, max_chars: int) -> tuple[Prompt, ...]:
     return tuple(found)
 
 
-# -- contamination ---------------------------------------------------------------------------------
-
-
 # -- openai-evals: human-written requests shipped in the `evals` wheel -----------------------------
 
 EVALS_WHEEL = ("evals==3.0.1.post1", "evals-3.0.1.post1")  # (requirement, wheel file name prefix)
@@ -251,6 +248,9 @@ def _evals_request(line: bytes) -> str | None:
         return None
     parts = [m["content"].strip() for m in inp if isinstance(m.get("content"), str) and m["content"].strip()]
     return "\n\n".join(parts) or None
+
+
+# -- contamination ---------------------------------------------------------------------------------
 
 
 def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
