@@ -1,7 +1,7 @@
 """Probe, measurement only: where a distillation step's time goes (specbench.train.data.generate_distillation, the
-stage that bounds how much training data one device command makes: ~4.2 M tokens in ~270 s on the H200 in the
-vocab run, ~33 ms a step at batch 384 for a 135M model). One batch of random prompts, timed whole, then one
-decode step of the same runner profiled by kernel (CUDA) or by operator (CPU).
+stage that bounds how much training data one device command makes: ~4.2 M tokens in ~270 s on the H200 in the vocab
+run, which puts a batch-384 step of a 135M model at about 33 ms or more, an estimate from that log). One batch of
+random prompts, timed whole, then one decode step of the same runner profiled by kernel (CUDA) or operator (CPU).
 
     python3 experiments/drafters/probe_distill.py                          # smollm2-135m on cuda, batch 384
     python3 experiments/drafters/probe_distill.py --target tiny-qwen3 --device cpu --batch 16   # a CPU check
