@@ -56,54 +56,80 @@ class ForwardOutput:
     layer_hidden: list[torch.Tensor] = field(default_factory=list)  # [B, T, H] each, outputs of asked layers
 
 
-# How the decoder multiplies 2..8 rows by a weight on the CPU (fp32, or bf16 off the bit-invariant path); 1 row and
-# more than 8 always take F.linear. The two forms, F.linear and `weight @ x.T` (a transposed view), take different
-# MKL paths, and which is faster depends on the machine: `weight @ x.T` was 1.2-1.8x faster on the first CPU we
-# measured, 1.5x slower on three later AVX-512 ones (a 1 x 4 forward of SmolLM2-135M 113.9 ms against F.linear's
-# 77.9), and 1.5x faster on an AMD EPYC with AVX2 (69.4 against 106.2 ms; through the CLI the default's speedup went
-# from 0.80-0.87x to 1.25-1.28x: experiments/cpu/README.md). So by default ("auto") each weight shape takes the form
-# that a first timing on this machine finds faster (`_transposed_wins`). None: F.linear always; (lo, hi):
-# `weight @ x.T` for lo..hi rows always (experiments/cpu/bench_forward.py measures both side by side).
+# How the decoder multiplies 1..8 rows by a weight on the CPU (fp32, or bf16 off the bit-invariant path); more than 8
+# always take F.linear. Two forms take different MKL paths: F.linear, and `weight @ x.T` on row-major x (a transposed
+# view; x.T made contiguous takes a third path, 3x slower on the AMD EPYC below, which a column-major input would
+# silently reach, so inputs are made contiguous). Which is faster depends on the machine, and on the row count:
+# `weight @ x.T` was 1.2-1.8x faster on the first CPU we measured, 1.5x slower on three later AVX-512 ones (a 1 x 4
+# forward of SmolLM2-135M 113.9 ms against F.linear's 77.9), and on an AMD EPYC with AVX2 (experiments/cpu/README.md,
+# streaming each shape's weights from memory as a forward does) 2.6x faster on 4 rows, and faster on 2 rows than
+# F.linear on 1: there 1 row padded to 2 (and 3 to 4) is faster than the row(s) alone. So by default ("auto") each
+# (weight shape, row count) takes the form, and the padding, that a first timing on this machine finds fastest
+# (`_cpu_form`). None: F.linear always; (lo, hi): `weight @ x.T` for lo..hi rows always, unpadded
+# (experiments/cpu/bench_forward.py measures them side by side).
 LINEAR_WT_ROWS: tuple[int, int] | None | str = "auto"
-AUTO_ROWS = (2, 8)  # the row counts "auto" decides for
-_TRANSPOSED_WINS: dict[tuple[int, int, torch.dtype], bool] = {}  # (N, K, dtype) -> whether `weight @ x.T` was faster
+AUTO_ROWS = (1, 8)  # the row counts "auto" decides for
+# (N, K, dtype, rows) -> (form, rows computed): "linear" (F.linear) or "transposed" (`weight @ x.T`), on the rows
+# padded with zero rows to `rows computed` (rows itself, or one more for an odd count)
+_CPU_FORMS: dict[tuple[int, int, torch.dtype, int], tuple[str, int]] = {}
+# "auto" times each form on copies of the weight this many bytes in all (at most 256 copies), more than a CPU's
+# last-level cache holds, so the weights stream from memory as a forward's do (a warm weight can rank them otherwise:
+# on the AMD EPYC, F.linear on 1 row wins warm and loses by 1.5x streaming)
+TIMING_BYTES = 64 << 20
 
 
-def _transposed(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return (weight @ x.reshape(-1, x.shape[-1]).T).T.reshape(*x.shape[:-1], weight.shape[0])
+def _transposed(x: torch.Tensor, weight: torch.Tensor, rows: int | None = None) -> torch.Tensor:
+    """x [..., K] @ weight.T as `weight @ x.T` over row-major x, computed on `rows` rows (x's own, or more: zero rows
+    appended, their results dropped), returned row-major."""
+    flat = x.reshape(-1, x.shape[-1]).contiguous()
+    m = flat.shape[0]
+    if rows is not None and rows > m:
+        flat = torch.cat([flat, flat.new_zeros(rows - m, flat.shape[1])])
+    # row-major out: a column-major result would reach later ops as strided views (SDPA's CPU flash kernel wants
+    # a unit last stride, and without it falls back to the math path: 25 of a 51 ms 1 x 4 forward)
+    return (weight @ flat.T)[:, :m].T.contiguous().view(*x.shape[:-1], weight.shape[0])
 
 
-def _transposed_wins(weight: torch.Tensor) -> bool:
-    """Whether `weight @ x.T` beat F.linear on 4 rows of this weight's shape, timed once per (shape, dtype) in this
-    process (the best of 3 calls each, alternating, after one untimed call of each). The two forms round differently
-    (their float sums run in other orders); every later call in the process takes the chosen one, so a run's
-    baseline and strategy compute alike."""
-    key = (weight.shape[0], weight.shape[1], weight.dtype)
-    won = _TRANSPOSED_WINS.get(key)
-    if won is None:
-        x = torch.randn((4, weight.shape[1]), generator=torch.Generator().manual_seed(0)).to(weight.dtype)
-        best = {"linear": float("inf"), "transposed": float("inf")}
-        forms = {"linear": lambda: F.linear(x, weight), "transposed": lambda: _transposed(x, weight)}
+def _cpu_form(weight: torch.Tensor, rows: int) -> tuple[str, int]:
+    """The fastest of F.linear, `weight @ x.T` and (odd rows) `weight @ x.T` on one zero row more, for `rows` rows of
+    this weight's shape: timed once per (shape, dtype, rows) in this process, over copies of the weight that stream
+    from memory (TIMING_BYTES), the best of 3 passes each, alternating, after one untimed pass of each. The forms
+    round differently (their float sums run in other orders); every later call in the process takes the chosen one,
+    so a run's baseline and strategy compute alike."""
+    key = (weight.shape[0], weight.shape[1], weight.dtype, rows)
+    form = _CPU_FORMS.get(key)
+    if form is None:
+        copies = max(1, min(256, TIMING_BYTES // (weight.numel() * weight.element_size())))
+        ws = weight.detach().expand(copies, *weight.shape).contiguous() if copies > 1 else weight.detach()[None]
+        x = torch.randn((rows, weight.shape[1]), generator=torch.Generator().manual_seed(0)).to(weight.dtype)
+        candidates = [("linear", rows), ("transposed", rows)] + ([("transposed", rows + 1)] if rows % 2 else [])
+        run = {c: (lambda c=c: [F.linear(x, w) if c[0] == "linear" else _transposed(x, w, c[1]) for w in ws])
+               for c in candidates}
+        best = dict.fromkeys(candidates, float("inf"))
         for rep in range(4):
-            for name, form in forms.items():
+            for c, fn in run.items():
                 start = time.perf_counter()
-                form()
-                if rep:  # the first call of each is untimed (allocation, MKL's first-use setup)
-                    best[name] = min(best[name], time.perf_counter() - start)
-        won = _TRANSPOSED_WINS[key] = best["transposed"] < best["linear"]
-    return won
+                fn()
+                if rep:  # the first pass of each is untimed (allocation, MKL's first-use setup)
+                    best[c] = min(best[c], time.perf_counter() - start)
+        form = _CPU_FORMS[key] = min(candidates, key=best.__getitem__)
+    return form
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, or `weight @ x.T` for CPU inference over 2..8 rows where LINEAR_WT_ROWS says so (see above)."""
+    """F.linear, or `weight @ x.T` (possibly on padded rows) for CPU inference over 1..8 rows where LINEAR_WT_ROWS
+    says so (see above). The same rows give the same result whatever else shares the process."""
     if LINEAR_WT_ROWS is None or x.device.type != "cpu" or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
     rows = x.numel() // x.shape[-1]
     auto = LINEAR_WT_ROWS == "auto"
     lo, hi = AUTO_ROWS if auto else LINEAR_WT_ROWS
-    if not lo <= rows <= hi or (auto and not _transposed_wins(weight)):
+    if not lo <= rows <= hi:
         return F.linear(x, weight, bias)
-    y = _transposed(x, weight)
+    form, padded = _cpu_form(weight, rows) if auto else ("transposed", rows)
+    if form == "linear":
+        return F.linear(x, weight, bias)
+    y = _transposed(x, weight, padded)
     return y if bias is None else y + bias
 
 
@@ -177,22 +203,36 @@ class PackedLinear(nn.Linear):
         return _packed_linear(x, self.packed, self.bias)
 
 
+class CpuLinear(nn.Linear):
+    """An nn.Linear whose float inference forward (no grad) on the CPU takes the decoder's small-batch product
+    (`_linear`: per weight shape and row count the form LINEAR_WT_ROWS picks), as the target's own layers do: a
+    drafter's layers on a CPU without oneDNN bf16. The weight stays the Parameter; made by `pack_linears`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _linear(x, self.weight, self.bias)
+
+
 def pack_linears(module: nn.Module) -> int:
-    """On a CPU with oneDNN bf16 (`onednn_bf16`): every bf16 nn.Linear inside `module` (its own, not ones it holds by
-    reference outside its children) becomes a PackedLinear with its weight packed once. Returns how many; 0 (nothing
-    changed) elsewhere. Call it after the weights are loaded and before inference."""
-    if not onednn_bf16():
-        return 0
-    count = 0
+    """On the CPU, for inference: every nn.Linear inside `module` (its own, not ones it holds by reference outside its
+    children) takes the decoder's CPU product. With oneDNN bf16 (`onednn_bf16`) a bf16 one whose inner size is a
+    multiple of ONEDNN_INVARIANT_K becomes a PackedLinear, its weight packed once; without it a float32 one becomes a
+    CpuLinear. The parameters stay the same objects. Returns how many changed. Call it after the weights are loaded
+    and before inference."""
+    onednn, count = onednn_bf16(), 0
     for name, sub in list(module.named_modules()):
-        if (type(sub) is nn.Linear and sub.weight.dtype == torch.bfloat16 and sub.weight.device.type == "cpu"
-                and sub.in_features % ONEDNN_INVARIANT_K == 0):
-            packed = PackedLinear(sub.in_features, sub.out_features, bias=sub.bias is not None, device="meta")
-            packed.weight, packed.bias = sub.weight, sub.bias  # the same parameters
-            packed.packed = _pack_bf16(sub.weight)
-            parent, _, attr = name.rpartition(".")
-            setattr(module.get_submodule(parent), attr, packed)
-            count += 1
+        if type(sub) is not nn.Linear or sub.weight.device.type != "cpu":
+            continue
+        if onednn and sub.weight.dtype == torch.bfloat16 and sub.in_features % ONEDNN_INVARIANT_K == 0:
+            swapped = PackedLinear(sub.in_features, sub.out_features, bias=sub.bias is not None, device="meta")
+            swapped.packed = _pack_bf16(sub.weight)
+        elif not onednn and sub.weight.dtype == torch.float32:
+            swapped = CpuLinear(sub.in_features, sub.out_features, bias=sub.bias is not None, device="meta")
+        else:
+            continue
+        swapped.weight, swapped.bias = sub.weight, sub.bias  # the same parameters
+        parent, _, attr = name.rpartition(".")
+        setattr(module.get_submodule(parent), attr, swapped)
+        count += 1
     return count
 
 

@@ -312,7 +312,7 @@ class EagleProposer(HeadCheckpoint, Proposer):
         else:
             self.head = load_eagle_head(checkpoint, target, ctx.target.spec.label)
             raise_if_fuse_layers_differ(fuse_layers, self.head.cfg.fuse_layers, checkpoint)
-        if self.device.type == "cpu":  # bf16 on oneDNN: its GEMMs on packed weights, not reordered at every pass
+        if self.device.type == "cpu":  # the decoder's CPU products (bf16 on oneDNN: weights packed once)
             pack_linears(self.head)
 
     @classmethod

@@ -124,35 +124,42 @@ class _SlowFunctional:
 
 @pytest.mark.parametrize("slow", ["transposed", "linear"])
 def test_auto_linear_takes_the_form_a_first_timing_finds_faster(monkeypatch, slow):
-    """LINEAR_WT_ROWS="auto": for 2..8 rows each weight shape takes whichever of F.linear and `weight @ x.T` its first
-    timing found faster, once per process (later calls reuse the choice); 1 row and 9 rows take F.linear."""
+    """LINEAR_WT_ROWS="auto": for 1..8 rows each (weight shape, row count) takes whichever of F.linear, `weight @ x.T`
+    and (odd rows) `weight @ x.T` on one zero row more its first timing found fastest, once per process (later calls
+    reuse the choice); 9 rows take F.linear. The padded form's result is the unpadded rows'."""
     import specbench.models.decoder as dec
 
     monkeypatch.setattr(dec, "LINEAR_WT_ROWS", "auto")
-    monkeypatch.setattr(dec, "_TRANSPOSED_WINS", {})
+    monkeypatch.setattr(dec, "_CPU_FORMS", {})
+    monkeypatch.setattr(dec, "TIMING_BYTES", 0)  # one copy of the weight per timed pass
     calls = []
     real_transposed = dec._transposed
 
-    def transposed(x, w):
-        calls.append(x.shape[0])
-        if slow == "transposed":
+    def transposed(x, w, rows=None):
+        calls.append(rows)
+        if slow == "transposed" or rows != 4:  # the padded form (3 rows computed on 4) is the fast one...
             time.sleep(0.003)
-        return real_transposed(x, w)
+        return real_transposed(x, w, rows)
 
     monkeypatch.setattr(dec, "_transposed", transposed)
-    if slow == "linear":
+    if slow == "linear":  # ...unless slow == "transposed", where F.linear is
         monkeypatch.setattr(dec, "F", _SlowFunctional())
     g = torch.Generator().manual_seed(0)
     w = torch.randn(11, 9, generator=g)
     x = torch.randn(3, 9, generator=g)
     with torch.inference_mode():
         got = dec._linear(x, w)
-        used = int(slow == "linear")  # the product itself, when the transposed form won
-        assert len(calls) == 4 + used  # the first timing: one untimed and three timed calls of each form
-        assert dec._TRANSPOSED_WINS == {(11, 9, torch.float32): slow == "linear"}
+        chosen = ("transposed", 4) if slow == "linear" else ("linear", 3)
+        assert dec._CPU_FORMS == {(11, 9, torch.float32, 3): chosen}
+        assert sorted(calls) == [3] * 4 + [4] * (4 + (slow == "linear"))  # 4 passes of each, then the product
+        n = len(calls)
         again = dec._linear(x, w)  # the choice is reused, not timed again
-        assert len(calls) == 4 + 2 * used
-        expected = real_transposed(x, w) if slow == "linear" else F.linear(x, w)
-        assert torch.equal(got, expected) and torch.equal(again, expected)
-        dec._linear(x[:1], w), dec._linear(torch.randn(9, 9, generator=g), w)  # outside 2..8 rows: F.linear
-        assert len(calls) == 4 + 2 * used
+        assert len(calls) == n + (slow == "linear")
+        expected = F.linear(x, w)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        assert torch.equal(got, again) and got.is_contiguous()
+        if slow == "linear":  # the product of the padded form, zero row dropped
+            assert torch.equal(got, real_transposed(x, w, 4)) and got.shape == (3, 11)
+        n = len(calls)
+        dec._linear(torch.randn(9, 9, generator=g), w)  # more than 8 rows: F.linear, nothing timed
+        assert len(calls) == n and len(dec._CPU_FORMS) == 1

@@ -180,3 +180,25 @@ def test_pack_linears_keeps_parameters_and_products():
         assert torch.equal(net[0](x[1:2, :1]), y[1:2, :1])
     net[0](x).float().sum().backward()  # grad on: the plain weight's F.linear
     assert net[0].weight.grad is not None and net[0].weight.grad.shape == (72, 192)
+
+
+def test_pack_linears_routes_float32_through_the_decoders_cpu_product(monkeypatch):
+    """Without oneDNN bf16, a float32 drafter's own linears become CpuLinear (the decoder's `_linear`, whose form is
+    chosen per shape and row count): the same Parameters, the product F.linear's up to float rounding, grad on the
+    plain product; with oneDNN bf16 float32 linears are left as they are (only bf16 ones are packed)."""
+    import specbench.models.decoder as dec
+
+    for onednn in (False, True):
+        monkeypatch.setattr(dec, "onednn_bf16", lambda onednn=onednn: onednn)
+        g = torch.Generator().manual_seed(5)
+        net = torch.nn.Sequential(torch.nn.Linear(9, 7), torch.nn.Linear(7, 5, bias=False))
+        keys = {k: v.data_ptr() for k, v in net.state_dict().items()}
+        assert dec.pack_linears(net) == (0 if onednn else 2)
+        assert all(type(m) is (torch.nn.Linear if onednn else dec.CpuLinear) for m in net)
+        assert {k: v.data_ptr() for k, v in net.state_dict().items()} == keys
+        x = torch.randn(2, 3, 9, generator=g)
+        with torch.inference_mode():
+            torch.testing.assert_close(net(x), F.linear(F.linear(x, net[0].weight, net[0].bias), net[1].weight),
+                                       rtol=1e-5, atol=1e-5)
+        net(x).sum().backward()  # training takes F.linear
+        assert net[0].weight.grad is not None
