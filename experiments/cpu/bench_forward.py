@@ -3,9 +3,11 @@ a verify forward's logits are bit-identical to 1-token forwards of the same toke
 
     OMP_NUM_THREADS=2 python experiments/cpu/bench_forward.py
 
+- fp32 "auto" (`decoder.LINEAR_WT_ROWS = "auto"`, the default: per weight shape and row count 1..8, the fastest of
+  F.linear, `weight @ x.T` and `weight @ x.T` on one zero row more, timed with weights streaming from memory);
 - fp32 with `weight @ x.T` for 2..8 rows (`decoder.LINEAR_WT_ROWS = (2, 8)`, the default until 2026-12-02), SDPA
   with a mask;
-- fp32, F.linear everywhere (`decoder.LINEAR_WT_ROWS = None`, the fp32 default since);
+- fp32, F.linear everywhere (`decoder.LINEAR_WT_ROWS = None`, the fp32 default for a day after);
 - bf16, batch_invariant=false: F.linear (oneDNN, unpacked weights) and SDPA with a mask;
 - bf16, batch_invariant=true (`DecoderRunner.cpu_invariant`, engine.dtype=auto's choice on such a CPU): packed oneDNN
   weights (packed for decoder.ONEDNN_PACK_ROWS rows), attention per query. Left out (and said so) on a CPU without
@@ -26,7 +28,7 @@ import specbench.models.decoder as dec
 from specbench.models.loading import load_model, resolve_spec
 
 ROUNDS = 8
-SHAPES = ((1, 1), (1, 4), (1, 8), (4, 4))
+SHAPES = ((1, 1), (1, 4), (1, 5), (1, 8), (4, 4))
 
 
 def identical_in_windows(runner: dec.DecoderRunner, prompt: torch.Tensor, steps: int = 24, window: int = 4) -> int:
@@ -52,6 +54,7 @@ def main() -> None:
     fp32 = load_model(spec, torch.device("cpu"), torch.float32).model
     bf16 = load_model(spec, torch.device("cpu"), torch.bfloat16).model
     settings = {
+        "fp32 auto (the default since 2026-12-03)": (dec.DecoderRunner(fp32), "auto"),
         "fp32 weight @ x.T (2..8 rows)": (dec.DecoderRunner(fp32), (2, 8)),
         "fp32 F.linear": (dec.DecoderRunner(fp32), None),
         "bf16 plain": (dec.DecoderRunner(bf16, batch_invariant=False), None),
