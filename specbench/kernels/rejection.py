@@ -24,6 +24,7 @@ import os
 
 import torch
 
+from specbench.kernels.decode import sm_count
 from specbench.verify import Verdict
 
 try:
@@ -304,17 +305,11 @@ def _raise_if_bad_shapes(
         )
 
 
-def _sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 1
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _chunking(rows: int, vocab: int, block_v: int, num_chunks: int | None, device: torch.device) -> tuple[int, int]:
     """Split V into chunks of whole blocks so that rows * chunks fills the GPU; -> (chunk, count)."""
     blocks = triton.cdiv(vocab, block_v)
     if num_chunks is None:
-        num_chunks = triton.cdiv(_PROGRAMS_PER_SM * _sm_count(device), rows)
+        num_chunks = triton.cdiv(_PROGRAMS_PER_SM * (sm_count(device) if device.type == "cuda" else 1), rows)
     num_chunks = max(1, min(num_chunks, blocks, _MAX_CHUNKS))
     chunk = triton.cdiv(blocks, num_chunks) * block_v
     return chunk, triton.cdiv(vocab, chunk)  # no empty chunk: each one owns a real index
