@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole GPU suite (pytest -m gpu) in one device command, as six pytest processes on the one H200.
+# Serially it takes ~565 s (part 1 ~442 s + part 2 ~122 s on 2026-12-02), too close to the 600 s limit of one command.
+# On the nvidia-h200 device machine (carry .whl):
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+#   bash experiments/gpu/suite.sh "$OUT"
+# Writes one log per process and suite.txt (all of them, with each process's command, exit status and seconds).
+# The exit status is 0 only if every process exited 0 (pytest's 5, "nothing collected", counts as a failure).
+set -u
+out=${1:-/tmp/suite}; mkdir -p "$out"
+limit=${SUITE_TIMEOUT:-540}
+export WANDB_MODE=disabled PYTHONUNBUFFERED=1
+big="32b or vlm or continuous or two_processes"
+split="invariant or dependent or self_draft or seed_pr or launchers or every_strategy or batch_64"
+declare -A cmd=(
+  [kernels]="-m gpu tests/kernels"
+  [front1]="-m gpu tests --ignore=tests/kernels -k 'not ($big) and (invariant or dependent or self_draft or seed_pr or launchers)'"
+  [every]="-m gpu tests --ignore=tests/kernels -k 'not ($big) and every_strategy'"
+  [batch64]="-m gpu tests --ignore=tests/kernels -k 'not ($big) and batch_64'"
+  [rest]="-m gpu tests --ignore=tests/kernels -k 'not ($big) and not ($split)'"
+  [big]="-m gpu tests -k '$big'"
+)
+names="kernels front1 every batch64 rest big"
+for n in $names; do
+  ( start=$SECONDS; eval timeout "$limit" python3 -m pytest -q -rs -p no:cacheprovider ${cmd[$n]} > "$out/$n.log" 2>&1
+    echo "rc $? $((SECONDS - start))s" >> "$out/$n.log" ) &
+done
+wait
+{
+  echo "# GPU suite at ${SUITE_COMMIT:-$(git rev-parse --short HEAD)}, $(date -u), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+  python3 -c "import torch, triton, transformers; print('# torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
+  for n in $names; do echo "# process $n:"; echo "#   pytest ${cmd[$n]}"; cat "$out/$n.log"; done
+} > "$out/suite.txt"
+cat "$out/suite.txt"
+! grep -q "^rc [^0]" "$out"/*.log
