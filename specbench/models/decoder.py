@@ -90,35 +90,45 @@ def _transposed(x: torch.Tensor, weight: torch.Tensor, rows: int | None = None) 
     return (weight @ flat.T)[:, :m].T.contiguous().view(*x.shape[:-1], weight.shape[0])
 
 
-def _cpu_form(weight: torch.Tensor, rows: int) -> tuple[str, int]:
+def _cpu_form(weight: torch.Tensor, rows: int, half: torch.Tensor | None = None) -> tuple[str, int]:
     """The fastest of F.linear, `weight @ x.T` and (odd rows) `weight @ x.T` on one zero row more, for `rows` rows of
-    this weight's shape: timed once per (shape, dtype, rows) in this process, over copies of the weight that stream
+    this weight's shape, and with `half` (a drafter's float16 copy of the weight, `CpuLinear`) F.linear on that copy
+    ("half"): timed once per (shape, dtype, rows, half or not) in this process, over copies of the weight that stream
     from memory (TIMING_BYTES), the best of 3 passes each, alternating, after one untimed pass of each. The forms
     round differently (their float sums run in other orders); every later call in the process takes the chosen one,
     so a run's baseline and strategy compute alike."""
-    key = (weight.shape[0], weight.shape[1], weight.dtype, rows)
+    key = (weight.shape[0], weight.shape[1], weight.dtype, rows, half is not None)
     form = _CPU_FORMS.get(key)
     if form is None:
         copies = max(1, min(256, TIMING_BYTES // (weight.numel() * weight.element_size())))
         ws = weight.detach().expand(copies, *weight.shape).contiguous() if copies > 1 else weight.detach()[None]
+        hs = None if half is None else ws.to(half.dtype)
         x = torch.randn((rows, weight.shape[1]), generator=torch.Generator().manual_seed(0)).to(weight.dtype)
         candidates = [("linear", rows), ("transposed", rows)] + ([("transposed", rows + 1)] if rows % 2 else [])
-        run = {c: (lambda c=c: [F.linear(x, w) if c[0] == "linear" else _transposed(x, w, c[1]) for w in ws])
-               for c in candidates}
+        candidates += [] if half is None else [("half", rows)]
+
+        def run(c: tuple[str, int]) -> None:
+            if c[0] == "half":
+                [F.linear(x.to(h.dtype), h).to(x.dtype) for h in hs]
+            else:
+                [F.linear(x, w) if c[0] == "linear" else _transposed(x, w, c[1]) for w in ws]
+
         best = dict.fromkeys(candidates, float("inf"))
         for rep in range(4):
-            for c, fn in run.items():
+            for c in candidates:
                 start = time.perf_counter()
-                fn()
+                run(c)
                 if rep:  # the first pass of each is untimed (allocation, MKL's first-use setup)
                     best[c] = min(best[c], time.perf_counter() - start)
         form = _CPU_FORMS[key] = min(candidates, key=best.__getitem__)
     return form
 
 
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, or `weight @ x.T` (possibly on padded rows) for CPU inference over 1..8 rows where LINEAR_WT_ROWS
-    says so (see above). The same rows give the same result whatever else shares the process."""
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+            half: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, or `weight @ x.T` (possibly on padded rows), or F.linear on `half` (a float16 copy of the weight:
+    the input rounded to float16, the result back in x's dtype) for CPU inference over 1..8 rows where
+    LINEAR_WT_ROWS says so (see above). The same rows give the same result whatever else shares the process."""
     if LINEAR_WT_ROWS is None or x.device.type != "cpu" or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
     rows = x.numel() // x.shape[-1]
@@ -126,10 +136,10 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
     lo, hi = AUTO_ROWS if auto else LINEAR_WT_ROWS
     if not lo <= rows <= hi:
         return F.linear(x, weight, bias)
-    form, padded = _cpu_form(weight, rows) if auto else ("transposed", rows)
+    form, padded = _cpu_form(weight, rows, half) if auto else ("transposed", rows)
     if form == "linear":
         return F.linear(x, weight, bias)
-    y = _transposed(x, weight, padded)
+    y = F.linear(x.to(half.dtype), half).to(x.dtype) if form == "half" else _transposed(x, weight, padded)
     return y if bias is None else y + bias
 
 
@@ -206,17 +216,24 @@ class PackedLinear(nn.Linear):
 class CpuLinear(nn.Linear):
     """An nn.Linear whose float inference forward (no grad) on the CPU takes the decoder's small-batch product
     (`_linear`: per weight shape and row count the form LINEAR_WT_ROWS picks), as the target's own layers do: a
-    drafter's layers on a CPU without oneDNN bf16. The weight stays the Parameter; made by `pack_linears`."""
+    drafter's layers on a CPU without oneDNN bf16. With `half` (a float16 copy of the weight) the product may also
+    run on that copy where it is faster: torch's float16 product on 1..2 rows streams half the bytes and took a
+    third of float32's time on the AMD EPYC of experiments/cpu/README.md. A drafter's numbers only shape its
+    proposals, never the output (verification keeps the target's). The weight stays the Parameter; made by
+    `pack_linears`."""
+
+    half: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _linear(x, self.weight, self.bias)
+        return _linear(x, self.weight, self.bias, self.half)
 
 
-def pack_linears(module: nn.Module) -> int:
+def pack_linears(module: nn.Module, half_weights: bool = False) -> int:
     """On the CPU, for inference: every nn.Linear inside `module` (its own, not ones it holds by reference outside its
     children) takes the decoder's CPU product. With oneDNN bf16 (`onednn_bf16`) a bf16 one whose inner size is a
     multiple of ONEDNN_INVARIANT_K becomes a PackedLinear, its weight packed once; without it a float32 one becomes a
-    CpuLinear. The parameters stay the same objects. Returns how many changed. Call it after the weights are loaded
+    CpuLinear, with a float16 copy of its weight to choose from if `half_weights` (and the weight fits float16's
+    range). The parameters stay the same objects. Returns how many changed. Call it after the weights are loaded
     and before inference."""
     onednn, count = onednn_bf16(), 0
     for name, sub in list(module.named_modules()):
@@ -227,6 +244,8 @@ def pack_linears(module: nn.Module) -> int:
             swapped.packed = _pack_bf16(sub.weight)
         elif not onednn and sub.weight.dtype == torch.float32:
             swapped = CpuLinear(sub.in_features, sub.out_features, bias=sub.bias is not None, device="meta")
+            half = sub.weight.detach().to(torch.float16) if half_weights else None
+            swapped.half = half if half is not None and bool(torch.isfinite(half).all()) else None
         else:
             continue
         swapped.weight, swapped.bias = sub.weight, sub.bias  # the same parameters

@@ -150,7 +150,7 @@ def test_auto_linear_takes_the_form_a_first_timing_finds_faster(monkeypatch, slo
     with torch.inference_mode():
         got = dec._linear(x, w)
         chosen = ("transposed", 4) if slow == "linear" else ("linear", 3)
-        assert dec._CPU_FORMS == {(11, 9, torch.float32, 3): chosen}
+        assert dec._CPU_FORMS == {(11, 9, torch.float32, 3, False): chosen}
         assert sorted(calls) == [3] * 4 + [4] * (4 + (slow == "linear"))  # 4 passes of each, then the product
         n = len(calls)
         again = dec._linear(x, w)  # the choice is reused, not timed again
@@ -163,3 +163,65 @@ def test_auto_linear_takes_the_form_a_first_timing_finds_faster(monkeypatch, slo
         n = len(calls)
         dec._linear(torch.randn(9, 9, generator=g), w)  # more than 8 rows: F.linear, nothing timed
         assert len(calls) == n and len(dec._CPU_FORMS) == 1
+
+
+class _SlowFloat32Functional:
+    """A test double for decoder's `F`: F.linear on a float32 weight 3 ms slower; on a float16 one computed in float32
+    and rounded to float16 (torch's own float16 product takes ~8 ms on tiny shapes on some CPUs)."""
+
+    def __getattr__(self, name):
+        return getattr(F, name)
+
+    @staticmethod
+    def linear(x, weight, *args, **kwargs):
+        if weight.dtype == torch.float16:
+            return F.linear(x.float(), weight.float(), *args, **kwargs).to(torch.float16)
+        time.sleep(0.003)
+        return F.linear(x, weight, *args, **kwargs)
+
+
+def test_auto_linear_with_a_half_copy_may_take_it(monkeypatch):
+    """With a float16 copy of the weight (a drafter's CpuLinear), "auto" also times F.linear on that copy, and takes
+    it where it is fastest: the input rounded to float16, the result back in float32; the choice is cached apart
+    from the same shape's without a copy (the target's own layers never round to float16)."""
+    import specbench.models.decoder as dec
+
+    monkeypatch.setattr(dec, "LINEAR_WT_ROWS", "auto")
+    monkeypatch.setattr(dec, "_CPU_FORMS", {})
+    monkeypatch.setattr(dec, "TIMING_BYTES", 0)
+    monkeypatch.setattr(dec, "F", _SlowFloat32Functional())
+    real_transposed = dec._transposed
+    monkeypatch.setattr(dec, "_transposed", lambda *a: time.sleep(0.003) or real_transposed(*a))
+    g = torch.Generator().manual_seed(1)
+    w, b = torch.randn(11, 9, generator=g), torch.randn(11, generator=g)
+    half = w.to(torch.float16)
+    x = torch.randn(2, 3, 9, generator=g)
+    with torch.inference_mode():
+        got = dec._linear(x, w, b, half)
+        assert dec._CPU_FORMS == {(11, 9, torch.float32, 6, True): ("half", 6)}
+        assert got.dtype == torch.float32 and got.shape == (2, 3, 11)
+        assert torch.equal(got, F.linear(x.to(torch.float16).float(), half.float()).to(torch.float16).float() + b)
+        torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-2, atol=1e-2)  # float16's rounding, no more
+        plain = dec._linear(x, w, b)  # no copy: timed on its own, never "half"
+        assert dec._CPU_FORMS[(11, 9, torch.float32, 6, False)][0] != "half"
+        torch.testing.assert_close(plain, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+def test_pack_linears_half_weights_keep_a_float16_copy(monkeypatch):
+    """pack_linears(half_weights=True) on a CPU without oneDNN bf16: each float32 linear becomes a CpuLinear with a
+    float16 copy of its weight (the Parameter unchanged), except a weight outside float16's range (no copy)."""
+    import specbench.models.decoder as dec
+
+    monkeypatch.setattr(dec, "onednn_bf16", lambda: False)
+    g = torch.Generator().manual_seed(2)
+    net = torch.nn.Sequential(torch.nn.Linear(9, 7), torch.nn.Linear(7, 5, bias=False))
+    with torch.no_grad():
+        net[1].weight[2, 3] = 1e6  # overflows float16
+    assert dec.pack_linears(net, half_weights=True) == 2
+    assert all(type(m) is dec.CpuLinear for m in net)
+    assert net[0].half.dtype == torch.float16 and torch.equal(net[0].half, net[0].weight.detach().to(torch.float16))
+    assert net[1].half is None and net[0].weight.dtype == torch.float32
+    x = torch.randn(3, 9, generator=g)
+    with torch.inference_mode():
+        torch.testing.assert_close(net(x), F.linear(F.linear(x, net[0].weight, net[0].bias), net[1].weight),
+                                   rtol=1e-2, atol=1e-2)
