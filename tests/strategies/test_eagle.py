@@ -185,6 +185,36 @@ def test_lossless_greedy(arch, fuse, tmp_path):
         assert [r.output_ids for r in rows] == ref, (arch, fuse, k, bs)
 
 
+def test_cpu_half_weights_keep_the_output_the_targets(monkeypatch, tmp_path):
+    """strategy.cpu_half_weights on a CPU without oneDNN bf16: the head's linears keep float16 copies of their weights
+    (false: none); with every head product forced onto those copies the output is still the target's greedy decoding.
+    A value that is not a bool is refused before any model loads."""
+    import specbench.models.decoder as dec
+
+    with pytest.raises(ConfigError, match=r"strategy.cpu_half_weights='yes'; allowed: true or false"):
+        EagleProposer.validate({"name": "eagle", "k": 3, "checkpoint": "random", "cpu_half_weights": "yes"})
+    monkeypatch.setattr(dec, "onednn_bf16", lambda: False)
+    model = tiny("tiny-llama")
+    ckpt = _head_checkpoint(model, tmp_path)
+    off = EagleProposer(_ctx(model), k=3, checkpoint=ckpt, cpu_half_weights=False)
+    assert type(off.head.q_proj) is dec.CpuLinear and off.head.q_proj.half is None
+    proposer = EagleProposer(_ctx(model), k=3, checkpoint=ckpt)  # the default: true
+    assert proposer.head.q_proj.half.dtype == torch.float16 and proposer.head.fc.half is not None
+    forms = []
+    real_form = dec._cpu_form
+    monkeypatch.setattr(dec, "_cpu_form", lambda w, rows, half=None: forms.append(half is not None) or (
+        ("half", rows) if half is not None else real_form(w, rows)))
+    prompts = _prompts(4)
+    ref = [model.model.generate(torch.tensor([p]), max_new_tokens=10, do_sample=False, eos_token_id=None,
+                                pad_token_id=0)[0, len(p):].tolist() for p in prompts]
+    engine = Engine(make_runner(model.model), proposer, Verifier(SamplingParams(), CPU), max_new_tokens=10,
+                    eos_ids=set(), device=CPU)
+    with torch.inference_mode():
+        rows = engine.generate(prompts[:1])[0] + engine.generate(prompts[1:])[0]
+    assert [r.output_ids for r in rows] == ref
+    assert any(forms) and not all(forms)  # the head took its float16 copies; the target never did
+
+
 def _first_two_counts(model, ckpt, sampling, rule, prompt, n):
     proposer = EagleProposer(_ctx(model, sampling), k=2, checkpoint=ckpt)
     engine = Engine(make_runner(model.model), proposer, Verifier(sampling, CPU, rule=rule), max_new_tokens=2,
