@@ -2,7 +2,9 @@
 first 4 MT-Bench prompts, no baseline) with the head's forward and logits, the proposer's draft_forward and
 _propose timed per call by wrapping them (host clock; the CPU runs synchronously).
 
-    OMP_NUM_THREADS=2 python experiments/cpu/time_draft.py [OUTPUT_DIR]
+    OMP_NUM_THREADS=2 python experiments/cpu/time_draft.py [OUTPUT_DIR [OVERRIDE ...]]
+
+(overrides as on the CLI, e.g. strategy.cpu_half_weights=false)
 
 Measured 2026-12-02 (experiments/cpu/README.md): draft_forward 5.10 ms a call on main (9d8f229), 3.78 ms on branch
 wip/next-suite (the head's linears packed for oneDNN); head logits 2.21 and 1.05 ms. This file, run on main at
@@ -47,7 +49,7 @@ def main() -> None:
     timed(base.Proposer, "_propose", "_propose")
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["logger=none", "baseline=false", "dataset.num_prompts=4",
-                                                       f"output_dir={out}"])
+                                                       f"output_dir={out}", *sys.argv[2:]])
     run(cfg)
     for label, total in TOTAL.items():
         per_call = total / CALLS[label] * 1e3
