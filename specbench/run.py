@@ -32,7 +32,7 @@ from specbench.models.loading import (DTYPES, LoadedModel, ModelSpec, load_model
                                       resolve_spec, suggested_draft)
 from specbench.models.multimodal import image_processor_for, make_vlm_aware_runner
 from specbench.models.cuda_graphs import cuda_graphs_default, graph_captures, maybe_graphed
-from specbench.models.decoder import cpu_bf16_invariant, onednn_bf16
+from specbench.models.decoder import cpu_bf16_invariant, onednn_bf16, time_cpu_forms
 from specbench.models.runner import BACKENDS
 from specbench.models.tensor_parallel import env_rank, init_group, raise_if_unshardable
 from specbench.strategies.base import BuildContext, Proposer
@@ -233,15 +233,18 @@ def _acceptance_rules(device: torch.device, setting: str | bool) -> dict[str, Ca
 
 
 def _warm_up(engines: Any, p: _Plan, token_ids: list[list[int]], mm_inputs: list[dict | None] | None) -> None:
-    """Untimed: allocate every cache at its final size, tune the GEMMs and capture every CUDA graph the
-    timed run will replay (each batch size it will use: the full batch and the last, smaller one), on CUDA
-    run each batch's prefill shape once, then restart the drafts' random streams, so engine.warmup changes
-    timings only, never tokens. Continuous batching: a short continuous run (rows finish at different steps, so
-    slots are refilled), and on CUDA one prompt of each length prefilled alone, as admissions are."""
+    """Untimed: allocate every cache at its final size, tune the GEMMs (on the CPU: time the product forms for every
+    row count) and capture every CUDA graph the timed run will replay (each batch size it will use: the full batch
+    and the last, smaller one), on CUDA run each batch's prefill shape once, then restart the drafts' random
+    streams, so engine.warmup changes timings only, never tokens. Continuous batching: a short continuous run (rows
+    finish at different steps, so slots are refilled), and on CUDA one prompt of each length prefilled alone, as
+    admissions are."""
     n = len(token_ids)
     continuous = p.scheduler == "continuous"
     starts = sorted({0, (n - 1) // p.batch_size * p.batch_size})  # the first batch, and the last (maybe smaller)
     for engine in engines:
+        if p.device.type == "cpu":  # every product form the timed run may meet, chosen now (decoder._cpu_form)
+            time_cpu_forms(engine.target, engine.proposer)
         k = engine.proposer.k  # three steps even when every draft is accepted (draft catch-ups differ after step 1)
         warm = Engine(engine.target, engine.proposer, p.verifier(), max_new_tokens=min(3 * (k + 1) + 1, p.max_new_tokens),
                       eos_ids=set(), device=p.device)

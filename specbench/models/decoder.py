@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -93,16 +94,23 @@ def _transposed(x: torch.Tensor, weight: torch.Tensor, rows: int | None = None) 
 def _cpu_form(weight: torch.Tensor, rows: int, half: torch.Tensor | None = None) -> tuple[str, int]:
     """The fastest of F.linear, `weight @ x.T` and (odd rows) `weight @ x.T` on one zero row more, for `rows` rows of
     this weight's shape, and with `half` (a drafter's float16 copy of the weight, `CpuLinear`) F.linear on that copy
-    ("half"): timed once per (shape, dtype, rows, half or not) in this process, over copies of the weight that stream
-    from memory (TIMING_BYTES), the best of 3 passes each, alternating, after one untimed pass of each. The forms
-    round differently (their float sums run in other orders); every later call in the process takes the chosen one,
-    so a run's baseline and strategy compute alike."""
+    ("half"): timed once per (shape, dtype, rows, half or not) in this process (`_time_forms`). The forms round
+    differently (their float sums run in other orders); every later call in the process takes the chosen one, so a
+    run's baseline and strategy compute alike."""
     key = (weight.shape[0], weight.shape[1], weight.dtype, rows, half is not None)
-    form = _CPU_FORMS.get(key)
-    if form is None:
-        copies = max(1, min(256, TIMING_BYTES // (weight.numel() * weight.element_size())))
-        ws = weight.detach().expand(copies, *weight.shape).contiguous() if copies > 1 else weight.detach()[None]
-        hs = None if half is None else ws.to(half.dtype)
+    if key not in _CPU_FORMS:
+        _time_forms(weight, [rows], half)
+    return _CPU_FORMS[key]
+
+
+def _time_forms(weight: torch.Tensor, row_counts: list[int], half: torch.Tensor | None) -> None:
+    """Time the forms for each row count over copies of the weight that stream from memory (TIMING_BYTES, made once
+    for all the counts), the best of 3 passes each, alternating, after one untimed pass of each; record the fastest
+    in _CPU_FORMS."""
+    copies = max(1, min(256, TIMING_BYTES // (weight.numel() * weight.element_size())))
+    ws = weight.detach().expand(copies, *weight.shape).contiguous() if copies > 1 else weight.detach()[None]
+    hs = None if half is None else ws.to(half.dtype)
+    for rows in row_counts:
         x = torch.randn((rows, weight.shape[1]), generator=torch.Generator().manual_seed(0)).to(weight.dtype)
         candidates = [("linear", rows), ("transposed", rows)] + ([("transposed", rows + 1)] if rows % 2 else [])
         candidates += [] if half is None else [("half", rows)]
@@ -120,8 +128,8 @@ def _cpu_form(weight: torch.Tensor, rows: int, half: torch.Tensor | None = None)
                 run(c)
                 if rep:  # the first pass of each is untimed (allocation, MKL's first-use setup)
                     best[c] = min(best[c], time.perf_counter() - start)
-        form = _CPU_FORMS[key] = min(candidates, key=best.__getitem__)
-    return form
+        _CPU_FORMS[(weight.shape[0], weight.shape[1], weight.dtype, rows, half is not None)] = min(
+            candidates, key=best.__getitem__)
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -253,6 +261,39 @@ def pack_linears(module: nn.Module, half_weights: bool = False) -> int:
         setattr(module.get_submodule(parent), attr, swapped)
         count += 1
     return count
+
+
+def time_cpu_forms(*objects: Any) -> int:
+    """Time now, for every row count "auto" decides for (AUTO_ROWS), the product form of each weight shape these
+    objects multiply through `_linear` on the CPU: a DecoderRunner's own (off its bit-invariant bf16 path) and every
+    CpuLinear (with its float16 copy, if any), found in the objects that are modules and in the modules among the
+    attributes of those that are not (a proposer's head or draft runner). For a warm-up: otherwise a timed run pays
+    the first timing of each row count it meets late (the default job met 3-row catch-ups of the EAGLE head only
+    in its timed decode: 0.6 s there, experiments/cpu/README.md). Returns how many (shape, row count) it timed."""
+    if LINEAR_WT_ROWS != "auto":
+        return 0
+    modules = [m for obj in objects for m in
+               ([obj] if isinstance(obj, nn.Module) else [v for v in vars(obj).values() if isinstance(v, nn.Module)])]
+    products: dict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = {}  # one weight of each shape
+    for module in modules:
+        for sub in module.modules():
+            pairs: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+            if isinstance(sub, DecoderRunner) and sub.device.type == "cpu" and not sub.cpu_invariant:
+                pairs = [(w[n], None) for w in sub._w for n in ("qkv_w", "o_w", "gu_w", "down_w")]
+                pairs.append((sub.lm_head.weight, None))
+            elif isinstance(sub, CpuLinear) and sub.weight.device.type == "cpu":
+                pairs = [(sub.weight, sub.half)]
+            for weight, half in pairs:
+                products.setdefault((*weight.shape, weight.dtype, half is not None), (weight, half))
+    timed = 0
+    with torch.inference_mode():
+        for weight, half in products.values():
+            todo = [rows for rows in range(AUTO_ROWS[0], AUTO_ROWS[1] + 1)
+                    if (*weight.shape, weight.dtype, rows, half is not None) not in _CPU_FORMS]
+            if todo:
+                _time_forms(weight, todo, half)
+            timed += len(todo)
+    return timed
 
 
 def _fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -225,3 +225,41 @@ def test_pack_linears_half_weights_keep_a_float16_copy(monkeypatch):
     with torch.inference_mode():
         torch.testing.assert_close(net(x), F.linear(F.linear(x, net[0].weight, net[0].bias), net[1].weight),
                                    rtol=1e-2, atol=1e-2)
+
+
+def test_time_cpu_forms_covers_every_row_count_before_the_run(monkeypatch):
+    """decoder.time_cpu_forms (the CPU warm-up): every weight shape a DecoderRunner and the CpuLinear layers of a
+    proposer-like object multiply through `_linear` gets its form for each of 1..8 rows now, so no forward after it
+    times anything; a second call times nothing; with LINEAR_WT_ROWS other than "auto" it does nothing."""
+    import types
+
+    import specbench.models.decoder as dec
+
+    monkeypatch.setattr(dec, "LINEAR_WT_ROWS", "auto")
+    monkeypatch.setattr(dec, "_CPU_FORMS", {})
+    monkeypatch.setattr(dec, "TIMING_BYTES", 0)
+    monkeypatch.setattr(dec, "onednn_bf16", lambda: False)
+    model = tiny()
+    runner = DecoderRunner(model.model)
+    head = torch.nn.Sequential(torch.nn.Linear(9, 7), torch.nn.Linear(7, 5, bias=False))
+    dec.pack_linears(head, half_weights=True)
+    proposer = types.SimpleNamespace(head=head, k=3, name="fake")  # a stand-in for a proposer holding a head
+    cfg = model.model.config
+    shapes = {(w[n].shape[0], w[n].shape[1]) for w in runner._w for n in ("qkv_w", "o_w", "gu_w", "down_w")}
+    shapes.add((cfg.vocab_size, cfg.hidden_size))
+    assert dec.time_cpu_forms(runner, proposer) == 8 * (len(shapes) + 2)
+    assert set(dec._CPU_FORMS) == ({(n, k, torch.float32, r, False) for n, k in shapes for r in range(1, 9)}
+                                   | {(n, k, torch.float32, r, True) for n, k in ((7, 9), (5, 7)) for r in range(1, 9)})
+    assert dec.time_cpu_forms(runner, proposer) == 0
+
+    def no_timing(*args):
+        raise AssertionError("a product form was timed after the warm-up")
+
+    monkeypatch.setattr(dec, "_time_forms", no_timing)
+    runner.allocate(3, 16)
+    with torch.inference_mode():
+        for t in (1, 2):  # 3 and 6 rows
+            runner(torch.ones(3, t, dtype=torch.long), torch.arange(t).expand(3, t), attn_len=t)
+        head(torch.randn(2, 9))
+    monkeypatch.setattr(dec, "LINEAR_WT_ROWS", None)
+    assert dec.time_cpu_forms(runner, proposer) == 0
