@@ -70,9 +70,10 @@ class ForwardOutput:
 # (experiments/cpu/bench_forward.py measures them side by side).
 LINEAR_WT_ROWS: tuple[int, int] | None | str = "auto"
 AUTO_ROWS = (1, 8)  # the row counts "auto" decides for
-# (N, K, dtype, rows) -> (form, rows computed): "linear" (F.linear) or "transposed" (`weight @ x.T`), on the rows
-# padded with zero rows to `rows computed` (rows itself, or one more for an odd count)
-_CPU_FORMS: dict[tuple[int, int, torch.dtype, int], tuple[str, int]] = {}
+# (N, K, dtype, rows, float16 copy or not) -> (form, rows computed): "linear" (F.linear), "transposed" (`weight @ x.T`)
+# or "half" (F.linear on the float16 copy), on the rows padded with zero rows to `rows computed` (rows itself, or one
+# more for an odd count)
+_CPU_FORMS: dict[tuple[int, int, torch.dtype, int, bool], tuple[str, int]] = {}
 # "auto" times each form on copies of the weight this many bytes in all (at most 256 copies), more than a CPU's
 # last-level cache holds, so the weights stream from memory as a forward's do (a warm weight can rank them otherwise:
 # on the AMD EPYC, F.linear on 1 row wins warm and loses by 1.5x streaming)
@@ -97,10 +98,14 @@ def _cpu_form(weight: torch.Tensor, rows: int, half: torch.Tensor | None = None)
     ("half"): timed once per (shape, dtype, rows, half or not) in this process (`_time_forms`). The forms round
     differently (their float sums run in other orders); every later call in the process takes the chosen one, so a
     run's baseline and strategy compute alike."""
-    key = (weight.shape[0], weight.shape[1], weight.dtype, rows, half is not None)
+    key = _form_key(weight, rows, half)
     if key not in _CPU_FORMS:
         _time_forms(weight, [rows], half)
     return _CPU_FORMS[key]
+
+
+def _form_key(weight: torch.Tensor, rows: int, half: torch.Tensor | None) -> tuple[int, int, torch.dtype, int, bool]:
+    return weight.shape[0], weight.shape[1], weight.dtype, rows, half is not None
 
 
 def _time_forms(weight: torch.Tensor, row_counts: list[int], half: torch.Tensor | None) -> None:
@@ -128,8 +133,7 @@ def _time_forms(weight: torch.Tensor, row_counts: list[int], half: torch.Tensor 
                 run(c)
                 if rep:  # the first pass of each is untimed (allocation, MKL's first-use setup)
                     best[c] = min(best[c], time.perf_counter() - start)
-        _CPU_FORMS[(weight.shape[0], weight.shape[1], weight.dtype, rows, half is not None)] = min(
-            candidates, key=best.__getitem__)
+        _CPU_FORMS[_form_key(weight, rows, half)] = min(candidates, key=best.__getitem__)
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -225,10 +229,10 @@ class CpuLinear(nn.Linear):
     """An nn.Linear whose float inference forward (no grad) on the CPU takes the decoder's small-batch product
     (`_linear`: per weight shape and row count the form LINEAR_WT_ROWS picks), as the target's own layers do: a
     drafter's layers on a CPU without oneDNN bf16. With `half` (a float16 copy of the weight) the product may also
-    run on that copy where it is faster: torch's float16 product on 1..2 rows streams half the bytes and took a
-    third of float32's time on the AMD EPYC of experiments/cpu/README.md. A drafter's numbers only shape its
-    proposals, never the output (verification keeps the target's). The weight stays the Parameter; made by
-    `pack_linears`."""
+    run on that copy where it is faster: torch's float16 product streams half the bytes, and on the AMD EPYC of
+    experiments/cpu/README.md took about half of float32's time on 1 row and ~0.8x on 2 (more from 4 rows on). A
+    drafter's numbers only shape its proposals, never the output (verification keeps the target's). The weight
+    stays the Parameter; made by `pack_linears`."""
 
     half: torch.Tensor | None = None
 
@@ -274,7 +278,7 @@ def time_cpu_forms(*objects: Any) -> int:
         return 0
     modules = [m for obj in objects for m in
                ([obj] if isinstance(obj, nn.Module) else [v for v in vars(obj).values() if isinstance(v, nn.Module)])]
-    products: dict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = {}  # one weight of each shape
+    products: dict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = {}  # one weight of each shape (rows 0: any)
     for module in modules:
         for sub in module.modules():
             pairs: list[tuple[torch.Tensor, torch.Tensor | None]] = []
@@ -284,12 +288,12 @@ def time_cpu_forms(*objects: Any) -> int:
             elif isinstance(sub, CpuLinear) and sub.weight.device.type == "cpu":
                 pairs = [(sub.weight, sub.half)]
             for weight, half in pairs:
-                products.setdefault((*weight.shape, weight.dtype, half is not None), (weight, half))
+                products.setdefault(_form_key(weight, 0, half), (weight, half))
     timed = 0
     with torch.inference_mode():
         for weight, half in products.values():
             todo = [rows for rows in range(AUTO_ROWS[0], AUTO_ROWS[1] + 1)
-                    if (*weight.shape, weight.dtype, rows, half is not None) not in _CPU_FORMS]
+                    if _form_key(weight, rows, half) not in _CPU_FORMS]
             if todo:
                 _time_forms(weight, todo, half)
             timed += len(todo)
