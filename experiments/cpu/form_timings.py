@@ -27,7 +27,7 @@ def main() -> None:
         start = time.perf_counter()
         real_time(weight, row_counts, half)
         for rows in row_counts:
-            key = (weight.shape[0], weight.shape[1], weight.dtype, rows, half is not None)
+            key = dec._form_key(weight, rows, half)
             TIMED.append((PHASE[0], key + dec._CPU_FORMS[key], (time.perf_counter() - start) / len(row_counts)))
 
     def decode(engine, prompts, batch_size, desc, *args, **kwargs):
