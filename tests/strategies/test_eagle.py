@@ -129,6 +129,30 @@ def test_feature_alignment(llama, tmp_path, fuse_layers):
                     torch.testing.assert_close(feature[b, j], ref[i], atol=2e-4, rtol=2e-4)
 
 
+def test_prepare_inference_drafts_as_the_separate_projections(llama):
+    """prepare_inference (fused q/k/v and gate/up, the rotary from allocate's table) gives the separate projections'
+    output features on a cached pass; the fused copies stay out of parameters() and state_dict()."""
+    torch.manual_seed(1)
+    head = EagleHead(EagleConfig.for_target(llama.model.config, None, "test"), llama.model)
+    keys, params = set(head.state_dict()), len(list(head.parameters()))
+    fused = head.prepare_inference()
+    assert set(head.state_dict()) == keys and len(list(head.parameters())) == params
+    assert fused["qkv"].weight.shape[0] == sum(m.out_features for m in (head.q_proj, head.k_proj, head.v_proj))
+    b, h = 2, llama.model.config.hidden_size
+    head.allocate(b, 21, CPU, torch.float32)
+    positions = torch.tensor([[3, 4, 5], [11, 12, 13]])
+    rotary = head.shared[2]
+    cos, sin = rotary(torch.zeros(1), positions)
+    assert torch.equal(head.rope_cos[positions], cos) and torch.equal(head.rope_sin[positions], sin)
+    feature, tokens = torch.randn(b, 3, h), torch.randint(0, 101, (b, 3))
+    outs = {}
+    for prepared in (False, True):
+        head.fused = (fused,) if prepared else ()
+        with torch.inference_mode():
+            outs[prepared] = head(feature, tokens, positions, use_cache=True, attn_len=16)
+    torch.testing.assert_close(outs[True], outs[False], atol=1e-6, rtol=1e-5)
+
+
 def _scripted_rule(draft_tokens, draft_probs, target_probs, u, e):
     """Accept a random number of drafts (0..K) whatever they are: ragged partial acceptance."""
     k = draft_tokens.shape[1]
