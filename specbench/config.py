@@ -81,7 +81,7 @@ class EngineConfig:
     warmup: bool = True  # one untimed short batch per engine before timing
     triton_verify: Any = "auto"  # auto | true | false (OmegaConf 2.3 types no union of str and bool)
     cuda_graphs: Any = "auto"  # auto | true | false
-    batch_invariant: bool = True  # CUDA: logits independent of batch and verify width
+    batch_invariant: Any = "auto"  # auto | true | false: logits independent of batch and verify width (run.plan)
     pdl: bool = True  # CUDA, Hopper and later: programmatic dependent launch of the decoder's GEMMs (kernels.decode.pdl)
     tensor_parallel: int = 1  # ranks the target is split over (models/tensor_parallel.py); the draft is replicated
     shard_on_load: bool = False  # random-weight targets at tensor_parallel > 1: each rank builds only its own share
@@ -95,6 +95,8 @@ class EngineConfig:
             raise ConfigError(f"engine.tensor_parallel={self.tensor_parallel!r}; allowed: an integer >= 1")
         if self.triton_verify not in ("auto", True, False):
             raise unknown("engine.triton_verify", self.triton_verify, ["auto", "true", "false"])
+        if self.batch_invariant not in ("auto", True, False):
+            raise unknown("engine.batch_invariant", self.batch_invariant, ["auto", "true", "false"])
         if self.cuda_graphs not in ("auto", True, False, None):
             raise unknown("engine.cuda_graphs", self.cuda_graphs, ["auto", "true", "false"])
         if self.scheduler not in SCHEDULERS:

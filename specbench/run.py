@@ -32,7 +32,7 @@ from specbench.models.loading import (DTYPES, LoadedModel, ModelSpec, load_model
                                       resolve_spec, suggested_draft)
 from specbench.models.multimodal import image_processor_for, make_vlm_aware_runner
 from specbench.models.cuda_graphs import cuda_graphs_default, graph_captures, maybe_graphed
-from specbench.models.decoder import cpu_bf16_invariant, onednn_bf16, time_cpu_forms
+from specbench.models.decoder import cpu_bf16_invariant, cpu_float32_invariant, onednn_bf16, time_cpu_forms
 from specbench.models.runner import BACKENDS
 from specbench.models.tensor_parallel import env_rank, init_group, raise_if_unshardable
 from specbench.strategies.base import BuildContext, Proposer
@@ -66,7 +66,7 @@ class _Plan:
     backend: str
     rules: dict[str, Callable[..., Any]]  # Verifier's rule / tree_rule / greedy_tree_rule (empty = torch references)
     cuda_graphs: bool
-    batch_invariant: bool  # the decoder's batch-invariant kernels on CUDA (engine.batch_invariant)
+    batch_invariant: bool  # the decoder's batch-invariant kernels, CUDA and CPU bf16 (engine.batch_invariant auto/true)
     synthetic: dict[str, Any]  # verify.synthetic_*: empty = real, lossless acceptance
     checkpoint: dict[str, Any] | None = None  # the drafter checkpoint's resolved files and weights hash (eagle, medusa)
     tensor_parallel: int = 1  # engine.tensor_parallel: ranks the target is split over
@@ -74,6 +74,7 @@ class _Plan:
     stop_ids: frozenset[int] = frozenset()  # engine.stop_token_ids: they end a row as the target's EOS does
     shard_on_load: bool = False  # engine.shard_on_load: each rank builds only its share of a random-weight target
     pdl: bool = True  # engine.pdl: programmatic dependent launch of the decoder's GEMMs (CUDA, Hopper and later)
+    float32_invariant: bool = False  # engine.batch_invariant=true in float32 on the CPU: the target's oneDNN path
 
     @property
     def lossless(self) -> bool:
@@ -136,6 +137,9 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
         raise unknown("engine.dtype", dtype_name, ["auto", *DTYPES])
     if e.backend not in BACKENDS:
         raise unknown("engine.backend", e.backend, BACKENDS)
+    float32_invariant = e.batch_invariant is True and device.type == "cpu" and dtype_name == "float32"
+    if float32_invariant:
+        raise_if_float32_not_invariant(target, e.backend)
     if e.tensor_parallel > 1 and device.type == "cuda" and env_rank() is None and torch.cuda.device_count() < e.tensor_parallel:
         raise ConfigError(f"engine.tensor_parallel={e.tensor_parallel} but {torch.cuda.device_count()} CUDA device(s) are "
                           f"visible; allowed: at most that many ranks (or engine.device=cpu: gloo processes)")
@@ -163,8 +167,24 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
                           f"{c.dataset.name!r}); allowed: engine.scheduler=static (a VLM's images are encoded per batch)")
     return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], e.batch_size,
                  max_new, c.max_model_len, e.backend, rules, cuda_graphs_default(e.cuda_graphs, device),
-                 e.batch_invariant, synthetic, cls.checkpoint_record(strategy_cfg, target), e.tensor_parallel,
-                 e.scheduler, frozenset(e.stop_token_ids), e.shard_on_load, e.pdl)
+                 e.batch_invariant is not False, synthetic, cls.checkpoint_record(strategy_cfg, target),
+                 e.tensor_parallel, e.scheduler, frozenset(e.stop_token_ids), e.shard_on_load, e.pdl, float32_invariant)
+
+
+def raise_if_float32_not_invariant(target: ModelSpec, backend: str) -> None:
+    """engine.batch_invariant=true in float32 on the CPU needs our decoder and a CPU whose oneDNN float32 product on
+    packed weights is row-invariant (decoder.cpu_float32_invariant, probed on the target's GEMM shapes); a target
+    whose sizes are not known yet is checked by its runner when it loads."""
+    allowed = ("allowed: engine.batch_invariant=auto (float32 on the CPU then takes the fastest products: "
+               "argmax-stable, not bit-invariant) or false, or engine.dtype=bfloat16 on a CPU with bf16 matrix units")
+    if backend == "transformers":
+        raise ConfigError(f"engine.batch_invariant=true in float32 on the CPU with engine.backend=transformers: only "
+                          f"our decoder has a bit-invariant path; {allowed}")
+    ok = cpu_float32_invariant(target.known)
+    if ok is False:
+        raise ConfigError(f"engine.batch_invariant=true in float32 on the CPU for target {target.label!r}: our "
+                          f"decoder does not run it, or this CPU's oneDNN float32 product on packed weights is not "
+                          f"row-invariant for its shapes; {allowed}")
 
 
 def raise_if_cannot_shard_on_load(world: int, target: ModelSpec, draft: ModelSpec | None,
@@ -396,7 +416,8 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     if tp is not None and not p.shard_on_load:
         raise_if_unshardable(target.model.config, tp.world, target.spec.label)
     target_runner = maybe_graphed(make_vlm_aware_runner(target.model, p.backend, batch_invariant=p.batch_invariant, tp=tp,
-                                                        graphs=p.cuda_graphs), p.cuda_graphs)
+                                                        graphs=p.cuda_graphs, float32_invariant=p.float32_invariant),
+                                  p.cuda_graphs)
     tree = p.strategy_cfg.get("tree", "chain")
     if tree != "chain" and not getattr(target_runner, "verifies_trees", True):
         raise ConfigError(f"strategy.tree={tree} with target {target.spec.label!r}, a vision-language model; allowed: "
@@ -449,7 +470,8 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
                 "temperature": p.sampling.temperature, "top_k": p.sampling.top_k, "top_p": p.sampling.top_p,
                 "seed": p.sampling.seed, "dtype": str(p.dtype).removeprefix("torch."), "lossless": p.lossless,
                 "synthetic_acceptance": p.synthetic or None, "cuda_graphs": p.cuda_graphs,
-                "batch_invariant": p.batch_invariant, "tensor_parallel": p.tensor_parallel,
+                "batch_invariant": p.batch_invariant, "float32_invariant": p.float32_invariant,
+                "tensor_parallel": p.tensor_parallel,
                 "shard_on_load": p.shard_on_load, "pdl": p.pdl and pdl(p.device),
                 "graph_captures_while_timing": graph_captures() - captures_before},
         "config": OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg),

@@ -13,6 +13,7 @@ from hydra import compose, initialize_config_dir
 
 from specbench_testing import local_model_dir, tiny
 from specbench.errors import ConfigError
+from specbench.models.loading import resolve_spec
 from specbench.report import build_report
 from specbench.run import CONF_DIR, plan, run
 from specbench.strategies.eagle import EagleConfig, EagleHead
@@ -84,6 +85,9 @@ BAD = [
     (["engine.batch_size=0"], "engine.batch_size=0"),
     (["engine.dtype=float8"], "unknown engine.dtype 'float8'"),
     (["engine.cuda_graphs=maybe"], "unknown engine.cuda_graphs 'maybe'; allowed: auto, false, true"),
+    (["engine.batch_invariant=maybe"], "unknown engine.batch_invariant 'maybe'; allowed: auto, false, true"),
+    (["engine.device=cpu", "engine.dtype=float32", "engine.batch_invariant=true", "engine.backend=transformers"],
+     "engine.batch_invariant=true in float32 on the CPU with engine.backend=transformers"),
     (["verify.synthetic_per_position=[0.5,1.5]"], "verify.synthetic_per_position=[0.5, 1.5]; allowed: a list of rates in [0, 1]"),
     (["logger=wandb", "+logger.projet=x"], "logger 'wandb': got an unexpected keyword argument 'projet'"),
     # issue 10: checks the configuration decides, before a model loads
@@ -246,3 +250,21 @@ def test_dtype_auto_on_the_cpu_is_bf16_only_where_the_decoder_is_bit_invariant(m
         assert plan(cfg("engine.device=cpu", *off)).dtype == torch.float32, off
     monkeypatch.setattr(dec, "onednn_bf16", lambda: False)  # a CPU without bf16 GEMMs in oneDNN
     assert plan(cfg("engine.device=cpu")).dtype == torch.float32
+
+
+def test_batch_invariant_true_makes_float32_on_the_cpu_bit_invariant_or_refuses(monkeypatch, tmp_path: Path):
+    """engine.batch_invariant=true in float32 on the CPU: the target's runner takes the oneDNN path (results.json says
+    so, T=0 output still the target's), or, where this CPU's oneDNN float32 product is not row-invariant, a
+    ConfigError before any model loads. auto leaves float32 on the fast products."""
+    import specbench.models.decoder as dec
+    import specbench.run as run_module
+
+    c = [*TINY, "engine.device=cpu", "engine.dtype=float32", "dataset.num_prompts=2", f"+output_dir={tmp_path}"]
+    assert not plan(cfg(*c)).float32_invariant and not plan(cfg(*c, "engine.batch_invariant=false")).float32_invariant
+    if dec.cpu_float32_invariant(resolve_spec({"name": "tiny-llama"}, "target").known):
+        result = run(cfg(*c, "engine.batch_invariant=true"))
+        assert result.results["run"]["float32_invariant"] is True
+        assert result.results["exact_match"]["all_equal"] and result.results["exact_match"]["n"] == 2
+    monkeypatch.setattr(run_module, "cpu_float32_invariant", lambda known: False)
+    with pytest.raises(ConfigError, match="not row-invariant for its shapes; allowed: engine.batch_invariant=auto"):
+        plan(cfg(*c, "engine.batch_invariant=true"))

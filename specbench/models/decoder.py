@@ -193,8 +193,8 @@ def cpu_bf16_invariant(known: dict | None) -> bool:
 ONEDNN_PACK_ROWS = 16
 
 
-def _pack_bf16(weight: torch.Tensor) -> torch.Tensor:
-    """An [N, K] bf16 weight in oneDNN's packed layout (packed once; the product is the same as F.linear's)."""
+def _pack_onednn(weight: torch.Tensor) -> torch.Tensor:
+    """An [N, K] bf16 (or float32) weight in oneDNN's packed layout (packed once; the product is F.linear's)."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ONEDNN_PACK_ROWS)
 
 
@@ -210,6 +210,56 @@ def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | N
     chunks = [rows] if rows.shape[0] <= ONEDNN_INVARIANT_ROWS else rows.split(ONEDNN_INVARIANT_ROWS)
     out = torch.cat([lin(c) for c in chunks]) if len(chunks) > 1 else lin(rows)
     return out.view(*x.shape[:-1], out.shape[-1])
+
+
+# Float32 on a CPU without bf16 matrix units: oneDNN's float32 product on packed weights is row-invariant too on the
+# AMD EPYC of experiments/cpu/README.md (1..40 rows, every weight shape of SmolLM2-135M, at packing hints >= 4; not
+# at hint 1), while MKL's products (the fast float32 forms) round differently by row count. engine.batch_invariant=true
+# takes it there (DecoderRunner's float32_invariant), after `onednn_row_invariant` has checked it on this CPU.
+_ROW_INVARIANT: dict[tuple[int, int, torch.dtype], bool] = {}  # probed (N, K, dtype) -> row-invariant here
+
+
+def onednn_row_invariant(weights: list[torch.Tensor]) -> bool:
+    """Whether oneDNN's product on each weight, packed as the decoder packs it, gives every row the bits it gets alone,
+    for 1..ONEDNN_INVARIANT_ROWS rows per call (probed once per shape and dtype in this process: a few ms a shape)."""
+    for weight in weights:
+        key = (weight.shape[0], weight.shape[1], weight.dtype)
+        if key not in _ROW_INVARIANT:
+            _ROW_INVARIANT[key] = _probe_row_invariance(weight)
+        if not _ROW_INVARIANT[key]:
+            return False
+    return True
+
+
+def _probe_row_invariance(weight: torch.Tensor) -> bool:
+    try:
+        with torch.inference_mode():
+            packed = _pack_onednn(weight)
+            x = torch.randn((ONEDNN_INVARIANT_ROWS, weight.shape[1]),
+                            generator=torch.Generator().manual_seed(0)).to(weight.dtype)
+            alone = torch.cat([_packed_linear(x[i : i + 1], packed) for i in range(x.shape[0])])
+            return all(torch.equal(_packed_linear(x[:m], packed), alone[:m]) for m in (2, 3, 4, 5, 7, 8, 9, 16, 17, 32))
+    except (AttributeError, RuntimeError):  # no oneDNN, or no packed product for this dtype
+        return False
+
+
+def cpu_float32_invariant(known: dict | None) -> bool | None:
+    """Before loading (a ModelSpec's `known`): whether DecoderRunner's bit-invariant float32 path would run this target
+    on this CPU, probed on random weights of its GEMM shapes; None when its sizes are not known (the runner checks
+    its own weights then)."""
+    k = known or {}
+    if k.get("model_type") not in SUPPORTED_ARCHS or k.get("is_vlm"):
+        return False
+    hidden, inter, heads = k.get("hidden_size"), k.get("intermediate_size"), k.get("num_attention_heads")
+    if not (hidden and inter and heads):
+        return None
+    head_dim = k.get("head_dim") or hidden // heads
+    kv = k.get("num_key_value_heads") or heads
+    shapes = [((heads + 2 * kv) * head_dim, hidden), (hidden, heads * head_dim), (2 * inter, hidden), (hidden, inter)]
+    if k.get("vocab_size"):
+        shapes.append((k["vocab_size"], hidden))
+    g = torch.Generator().manual_seed(0)
+    return onednn_row_invariant([torch.randn(shape, generator=g) for shape in shapes])
 
 
 class PackedLinear(nn.Linear):
@@ -253,7 +303,7 @@ def pack_linears(module: nn.Module, half_weights: bool = False) -> int:
             continue
         if onednn and sub.weight.dtype == torch.bfloat16 and sub.in_features % ONEDNN_INVARIANT_K == 0:
             swapped = PackedLinear(sub.in_features, sub.out_features, bias=sub.bias is not None, device="meta")
-            swapped.packed = _pack_bf16(sub.weight)
+            swapped.packed = _pack_onednn(sub.weight)
         elif not onednn and sub.weight.dtype == torch.float32:
             swapped = CpuLinear(sub.in_features, sub.out_features, bias=sub.bias is not None, device="meta")
             half = sub.weight.detach().to(torch.float16) if half_weights else None
@@ -333,12 +383,15 @@ class DecoderRunner(nn.Module):
     verify of up to 16 tokens costs about what one token does) and attention computed per (row, query)
     over exactly its own slots, so there too a token's logits are bit-identical in any forward of up to
     DECODE_KERNEL_MAX_T tokens per row (for models whose GEMM inner sizes are multiples of 64: see
-    ONEDNN_INVARIANT_K; `cpu_invariant` says whether this runner takes that path). float32 on the CPU is
-    not batch-invariant (MKL's 1-row and n-row products round differently), only argmax-stable in practice.
+    ONEDNN_INVARIANT_K; `cpu_invariant` says whether this runner takes that path). float32 on the CPU takes
+    MKL's fastest product per row count, which rounds differently by row count: argmax-stable in practice, not
+    batch-invariant. With `float32_invariant` (engine.batch_invariant=true) a float32 model takes the same packed
+    oneDNN path, where `onednn_row_invariant` finds that product row-invariant on this CPU (else a ValueError): a
+    4-token verify then costs ~1.4x a 1-token forward instead of ~1.05x (experiments/cpu/README.md).
     """
 
     def __init__(self, hf_model: nn.Module, num_layers: int | None = None, use_kernels: bool | None = None,
-                 batch_invariant: bool = True, tp: TPGroup | None = None) -> None:
+                 batch_invariant: bool = True, tp: TPGroup | None = None, float32_invariant: bool = False) -> None:
         super().__init__()
         cfg = hf_model.config
         base = hf_model.model
@@ -401,16 +454,24 @@ class DecoderRunner(nn.Module):
             self.num_kv_heads //= self.tp.world
         elif self.tp is not None:  # a built share: its config's sizes are the rank's already
             self._w = [biases_summed_once(w, self.tp) for w in self._w]
-        # CPU bf16 with batch_invariant: the same weights packed for oneDNN (a second copy), used by the torch path
+        # CPU bf16 with batch_invariant (or float32 with float32_invariant): the same weights packed for oneDNN (a
+        # second copy), used by the torch path
         inner = {w[n].shape[1] for w in self._w for n in ("qkv_w", "o_w", "gu_w", "down_w")}
-        self.cpu_invariant = (batch_invariant and self.device.type == "cpu" and self.dtype == torch.bfloat16
+        cpu = batch_invariant and self.device.type == "cpu"
+        self.cpu_invariant = (cpu and self.dtype == torch.bfloat16
                               and all(k % ONEDNN_INVARIANT_K == 0 for k in inner) and onednn_bf16())
+        if cpu and float32_invariant and self.dtype == torch.float32:
+            weights = [w[n] for w in self._w[:1] for n in ("qkv_w", "o_w", "gu_w", "down_w")] + [self.lm_head.weight]
+            if not onednn_row_invariant(weights):
+                raise ValueError("float32_invariant: oneDNN's float32 product on packed weights is not row-invariant "
+                                 "on this CPU (or absent), so float32 forwards cannot be made bit-invariant here")
+            self.cpu_invariant = True
         self._wp: list[dict[str, torch.Tensor | None]] = []
         self._head_p: torch.Tensor | None = None
         if self.cpu_invariant:
             packed = ("qkv_w", "o_w", "gu_w", "down_w")
-            self._wp = [{**w, **{n: _pack_bf16(w[n]) for n in packed}} for w in self._w]
-            self._head_p = _pack_bf16(self.lm_head.weight)
+            self._wp = [{**w, **{n: _pack_onednn(w[n]) for n in packed}} for w in self._w]
+            self._head_p = _pack_onednn(self.lm_head.weight)
         if any(getattr(layer.mlp, "act_fn", None) is not None and type(layer.mlp.act_fn).__name__ not in ("SiLU", "SiLUActivation")
                for layer in self.layers):
             self._silu = False

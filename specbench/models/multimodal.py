@@ -63,12 +63,13 @@ def raise_if_unsupported_vlm(config: Any) -> None:
 
 
 def make_vlm_aware_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None,
-                          batch_invariant: bool = True, tp: Any = None,
-                          graphs: bool = False) -> VLMRunner | DecoderRunner | TransformersRunner:
+                          batch_invariant: bool = True, tp: Any = None, graphs: bool = False,
+                          float32_invariant: bool = False) -> VLMRunner | DecoderRunner | TransformersRunner:
     """For a VLM (judged by the model's own config): FastVLMRunner (backend auto / native; its decoder under CUDA
     graphs when `graphs`), or the reference VLMRunner (backend transformers). Else `runner.make_runner`."""
     if not is_multimodal(hf_model.config):
-        return make_runner(hf_model, backend, num_layers, batch_invariant=batch_invariant, tp=tp)
+        return make_runner(hf_model, backend, num_layers, batch_invariant=batch_invariant, tp=tp,
+                           float32_invariant=float32_invariant)
     raise_if_unsupported_vlm(hf_model.config)
     if tp is not None and tp.world > 1:
         raise ConfigError(f"engine.tensor_parallel={tp.world} with a vision-language target "

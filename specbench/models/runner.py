@@ -303,10 +303,12 @@ def _raise_if_no_custom_masks(config: Any) -> None:
 
 
 def make_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None,
-                batch_invariant: bool = True, tp: Any = None) -> DecoderRunner | TransformersRunner:
+                batch_invariant: bool = True, tp: Any = None, float32_invariant: bool = False
+                ) -> DecoderRunner | TransformersRunner:
     """Our decoder where it covers the architecture (backend auto/native), else transformers' forward.
-    `batch_invariant` selects our decoder's batch-invariant kernels on CUDA (DecoderRunner); `tp` (a
-    tensor_parallel.TPGroup of more than one rank) splits our decoder over the ranks."""
+    `batch_invariant` selects our decoder's batch-invariant kernels on CUDA and bf16 oneDNN path on the CPU, and with
+    `float32_invariant` its float32 one on the CPU (DecoderRunner); `tp` (a tensor_parallel.TPGroup of more than one
+    rank) splits our decoder over the ranks."""
     if backend not in BACKENDS:
         raise unknown("engine.backend", backend, BACKENDS)
     native = hf_model.config.model_type in SUPPORTED_ARCHS
@@ -319,4 +321,5 @@ def make_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | No
                               f"forward, but the model was loaded whole; allowed: a model loaded with "
                               f"load_model(hf_tp=True) (transformers' tp_plan), as run() does")
         return TransformersRunner(hf_model, num_layers)
-    return DecoderRunner(hf_model, num_layers, batch_invariant=batch_invariant, tp=tp)
+    return DecoderRunner(hf_model, num_layers, batch_invariant=batch_invariant, tp=tp,
+                         float32_invariant=float32_invariant)

@@ -152,7 +152,7 @@ def test_a_packed_products_rows_do_not_depend_on_how_many_share_the_call():
 
     g = torch.Generator().manual_seed(0)
     for n, k in ((1728, 576), (576, 1536)):
-        packed = dec._pack_bf16(torch.randn(n, k, generator=g).bfloat16())
+        packed = dec._pack_onednn(torch.randn(n, k, generator=g).bfloat16())
         x = torch.randn(100, k, generator=g).bfloat16()
         alone = torch.cat([dec._packed_linear(x[i : i + 1], packed) for i in range(100)])
         for m in (2, 31, 32, 33, 40, 64, 100):
