@@ -176,23 +176,15 @@ def cpu_bf16_invariant(known: dict | None) -> bool:
     """Whether a target of these sizes (a ModelSpec's `known`, before loading) would take DecoderRunner's bit-invariant
     bf16 path on this CPU (`cpu_invariant`): our decoder's architecture, text only, every GEMM inner size a multiple of
     ONEDNN_INVARIANT_K, and oneDNN bf16 GEMMs here. engine.dtype=auto picks bfloat16 on the CPU where it does."""
-    shapes = _known_gemm_shapes(known)
-    return bool(shapes) and all(k % ONEDNN_INVARIANT_K == 0 for _, k in shapes) and onednn_bf16()
-
-
-def _known_gemm_shapes(known: dict | None) -> list[tuple[int, int]] | None:
-    """The (N, K) of a target's GEMMs from a ModelSpec's `known` sizes: qkv, o, gate-up, down, and the LM head when
-    its vocabulary is known; [] when our decoder does not run it (text only), None when its sizes are not known."""
     k = known or {}
     if k.get("model_type") not in SUPPORTED_ARCHS or k.get("is_vlm"):
-        return []
+        return False
     hidden, inter, heads = k.get("hidden_size"), k.get("intermediate_size"), k.get("num_attention_heads")
     if not (hidden and inter and heads):
-        return None
+        return False
     head_dim = k.get("head_dim") or hidden // heads
-    kv = k.get("num_key_value_heads") or heads
-    shapes = [((heads + 2 * kv) * head_dim, hidden), (hidden, heads * head_dim), (2 * inter, hidden), (hidden, inter)]
-    return shapes + ([(k["vocab_size"], hidden)] if k.get("vocab_size") else [])
+    inner = (hidden, heads * head_dim, inter)  # qkv / gate-up, o, down
+    return all(n % ONEDNN_INVARIANT_K == 0 for n in inner) and onednn_bf16()
 
 
 # the batch-size hint oneDNN packs a weight for (its blocking). The product stays row-invariant at every hint we tried;
@@ -255,9 +247,17 @@ def cpu_float32_invariant(known: dict | None) -> bool | None:
     """Before loading (a ModelSpec's `known`): whether DecoderRunner's bit-invariant float32 path would run this target
     on this CPU, probed on random weights of its GEMM shapes; None when its sizes are not known (the runner checks
     its own weights then)."""
-    shapes = _known_gemm_shapes(known)
-    if not shapes:
-        return shapes if shapes is None else False
+    k = known or {}
+    if k.get("model_type") not in SUPPORTED_ARCHS or k.get("is_vlm"):
+        return False
+    hidden, inter, heads = k.get("hidden_size"), k.get("intermediate_size"), k.get("num_attention_heads")
+    if not (hidden and inter and heads):
+        return None
+    head_dim = k.get("head_dim") or hidden // heads
+    kv = k.get("num_key_value_heads") or heads
+    shapes = [((heads + 2 * kv) * head_dim, hidden), (hidden, heads * head_dim), (2 * inter, hidden), (hidden, inter)]
+    if k.get("vocab_size"):
+        shapes.append((k["vocab_size"], hidden))
     g = torch.Generator().manual_seed(0)
     return onednn_row_invariant([torch.randn(shape, generator=g) for shape in shapes])
 
