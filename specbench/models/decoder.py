@@ -29,7 +29,7 @@ fused GEMMs), which is what the CPU tests compare against transformers.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,15 +176,23 @@ def cpu_bf16_invariant(known: dict | None) -> bool:
     """Whether a target of these sizes (a ModelSpec's `known`, before loading) would take DecoderRunner's bit-invariant
     bf16 path on this CPU (`cpu_invariant`): our decoder's architecture, text only, every GEMM inner size a multiple of
     ONEDNN_INVARIANT_K, and oneDNN bf16 GEMMs here. engine.dtype=auto picks bfloat16 on the CPU where it does."""
+    shapes = _known_gemm_shapes(known)
+    return bool(shapes) and all(k % ONEDNN_INVARIANT_K == 0 for _, k in shapes) and onednn_bf16()
+
+
+def _known_gemm_shapes(known: dict | None) -> list[tuple[int, int]] | None:
+    """The (N, K) of a target's GEMMs from a ModelSpec's `known` sizes: qkv, o, gate-up, down, and the LM head when
+    its vocabulary is known; [] when our decoder does not run it (text only), None when its sizes are not known."""
     k = known or {}
     if k.get("model_type") not in SUPPORTED_ARCHS or k.get("is_vlm"):
-        return False
+        return []
     hidden, inter, heads = k.get("hidden_size"), k.get("intermediate_size"), k.get("num_attention_heads")
     if not (hidden and inter and heads):
-        return False
+        return None
     head_dim = k.get("head_dim") or hidden // heads
-    inner = (hidden, heads * head_dim, inter)  # qkv / gate-up, o, down
-    return all(n % ONEDNN_INVARIANT_K == 0 for n in inner) and onednn_bf16()
+    kv = k.get("num_key_value_heads") or heads
+    shapes = [((heads + 2 * kv) * head_dim, hidden), (hidden, heads * head_dim), (2 * inter, hidden), (hidden, inter)]
+    return shapes + ([(k["vocab_size"], hidden)] if k.get("vocab_size") else [])
 
 
 # the batch-size hint oneDNN packs a weight for (its blocking). The product stays row-invariant at every hint we tried;
@@ -247,17 +255,11 @@ def cpu_float32_invariant(known: dict | None) -> bool | None:
     """Before loading (a ModelSpec's `known`): whether DecoderRunner's bit-invariant float32 path would run this target
     on this CPU, probed on random weights of its GEMM shapes; None when its sizes are not known (the runner checks
     its own weights then)."""
-    k = known or {}
-    if k.get("model_type") not in SUPPORTED_ARCHS or k.get("is_vlm"):
-        return False
-    hidden, inter, heads = k.get("hidden_size"), k.get("intermediate_size"), k.get("num_attention_heads")
-    if not (hidden and inter and heads):
+    shapes = _known_gemm_shapes(known)
+    if shapes is None:
         return None
-    head_dim = k.get("head_dim") or hidden // heads
-    kv = k.get("num_key_value_heads") or heads
-    shapes = [((heads + 2 * kv) * head_dim, hidden), (hidden, heads * head_dim), (2 * inter, hidden), (hidden, inter)]
-    if k.get("vocab_size"):
-        shapes.append((k["vocab_size"], hidden))
+    if not shapes:
+        return False
     g = torch.Generator().manual_seed(0)
     return onednn_row_invariant([torch.randn(shape, generator=g) for shape in shapes])
 
@@ -290,16 +292,16 @@ class CpuLinear(nn.Linear):
         return _linear(x, self.weight, self.bias, self.half)
 
 
-def pack_linears(module: nn.Module, half_weights: bool = False) -> int:
+def pack_linears(module: nn.Module, half_weights: bool = False, skip: Iterable[nn.Module] = ()) -> int:
     """On the CPU, for inference: every nn.Linear inside `module` (its own, not ones it holds by reference outside its
-    children) takes the decoder's CPU product. With oneDNN bf16 (`onednn_bf16`) a bf16 one whose inner size is a
-    multiple of ONEDNN_INVARIANT_K becomes a PackedLinear, its weight packed once; without it a float32 one becomes a
-    CpuLinear, with a float16 copy of its weight to choose from if `half_weights` (and the weight fits float16's
-    range). The parameters stay the same objects. Returns how many changed. Call it after the weights are loaded
-    and before inference."""
-    onednn, count = onednn_bf16(), 0
+    children), except those in `skip` (linears inference does not run), takes the decoder's CPU product. With oneDNN
+    bf16 (`onednn_bf16`) a bf16 one whose inner size is a multiple of ONEDNN_INVARIANT_K becomes a PackedLinear, its
+    weight packed once; without it a float32 one becomes a CpuLinear, with a float16 copy of its weight to choose
+    from if `half_weights` (and the weight fits float16's range). The parameters stay the same objects. Returns how
+    many changed. Call it after the weights are loaded and before inference."""
+    onednn, count, skipped = onednn_bf16(), 0, {id(m) for m in skip}
     for name, sub in list(module.named_modules()):
-        if type(sub) is not nn.Linear or sub.weight.device.type != "cpu":
+        if type(sub) is not nn.Linear or sub.weight.device.type != "cpu" or id(sub) in skipped:
             continue
         if onednn and sub.weight.dtype == torch.bfloat16 and sub.in_features % ONEDNN_INVARIANT_K == 0:
             swapped = PackedLinear(sub.in_features, sub.out_features, bias=sub.bias is not None, device="meta")
@@ -321,16 +323,15 @@ def time_cpu_forms(*objects: Any) -> int:
     """Time now, for every row count "auto" decides for (AUTO_ROWS), the product form of each weight shape these
     objects multiply through `_linear` on the CPU: a DecoderRunner's own (off its bit-invariant bf16 path) and every
     CpuLinear (with its float16 copy, if any), found in the objects that are modules and in the modules among the
-    attributes of those that are not (a proposer's head or draft runner). For a warm-up: otherwise a timed run pays
+    attributes of those that are not (a proposer's head or draft runner), and in modules held in tuples (outside
+    parameters(): EagleHead.fused). For a warm-up: otherwise a timed run pays
     the first timing of each row count it meets late (the default job met 3-row catch-ups of the EAGLE head only
     in its timed decode: 0.6 s there, experiments/cpu/README.md). Returns how many (shape, row count) it timed."""
     if LINEAR_WT_ROWS != "auto":
         return 0
-    modules = [m for obj in objects for m in
-               ([obj] if isinstance(obj, nn.Module) else [v for v in vars(obj).values() if isinstance(v, nn.Module)])]
     products: dict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = {}  # one weight of each shape (rows 0: any)
-    for module in modules:
-        for sub in module.modules():
+    for obj in objects:
+        for sub in _held_modules(obj):
             pairs: list[tuple[torch.Tensor, torch.Tensor | None]] = []
             if isinstance(sub, DecoderRunner) and sub.device.type == "cpu" and not sub.cpu_invariant:
                 pairs = [(w[n], None) for w in sub._w for n in ("qkv_w", "o_w", "gu_w", "down_w")]
@@ -350,7 +351,21 @@ def time_cpu_forms(*objects: Any) -> int:
     return timed
 
 
-def _fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _held_modules(obj: Any) -> Iterator[nn.Module]:
+    """The modules inside obj (a module), or inside its attributes that are modules (another object), with those
+    they hold in tuples."""
+    roots = [obj] if isinstance(obj, nn.Module) else [v for v in vars(obj).values() if isinstance(v, nn.Module)]
+    for root in roots:
+        for sub in root.modules():
+            yield sub
+            for held in vars(sub).values():
+                if isinstance(held, tuple):
+                    for m in held:
+                        if isinstance(m, nn.Module):
+                            yield from m.modules()
+
+
+def fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Concatenate the weights (and biases) of linears over one input; re-point each at its view."""
     with torch.no_grad():
         weight = torch.cat([lin.weight for lin in linears], dim=0)
@@ -431,9 +446,9 @@ class DecoderRunner(nn.Module):
         for layer in self.layers:
             attn, mlp = layer.self_attn, layer.mlp
             if not hasattr(attn, "_specbench_qkv"):
-                attn._specbench_qkv = _fuse_linears([attn.q_proj, attn.k_proj, attn.v_proj])
+                attn._specbench_qkv = fuse_linears([attn.q_proj, attn.k_proj, attn.v_proj])
             if not hasattr(mlp, "_specbench_gate_up"):
-                mlp._specbench_gate_up = _fuse_linears([mlp.gate_proj, mlp.up_proj])
+                mlp._specbench_gate_up = fuse_linears([mlp.gate_proj, mlp.up_proj])
             qkv_w, qkv_b = attn._specbench_qkv
             gu_w, gu_b = mlp._specbench_gate_up
             qk_w = None

@@ -254,7 +254,9 @@ def save_head(head: torch.nn.Module, config: Mapping[str, Any], directory: str |
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(directory / "model.safetensors"))
+    # copies: a prepared head's projections are views of one fused weight (shared storage, which safetensors refuses)
+    tensors = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in head.state_dict().items()}
+    save_file(tensors, str(directory / "model.safetensors"))
     (directory / "config.json").write_text(json.dumps(dict(config), indent=1))
 
 

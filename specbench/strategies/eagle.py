@@ -43,7 +43,7 @@ from torch import nn
 
 from specbench.errors import ConfigError
 from specbench.kernels.decode_ref import tree_slot_mask
-from specbench.models.decoder import pack_linears
+from specbench.models.decoder import fuse_linears, pack_linears
 from specbench.strategies import formats
 from specbench.strategies.base import BuildContext, DraftOutput, Proposer
 from specbench.strategies.checkpoints import (AUTO, RANDOM, HeadCheckpoint, checkpoint_files, load_head,
@@ -172,14 +172,15 @@ class EagleHead(nn.Module):
         return torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t
 
     def prepare_inference(self) -> nn.ModuleDict:
-        """For drafting after the weights are loaded (never trained after): q/k/v and gate/up as one product each,
-        over concatenated copies of their weights (three products fewer per pass, and one rotary over q and k
-        together), and the draft vocabulary's target ids computed once. Returns the fused linears (not submodules:
-        the caller packs them for the CPU like the head's own)."""
+        """For drafting after the weights are loaded (never trained after): q/k/v and gate/up as one product each (three
+        products fewer per pass, and one rotary over q and k together), and the draft vocabulary's target ids computed
+        once. The separate projections' weights become views of the fused ones (`fuse_linears`: no second copy).
+        Returns the fused linears, also kept in `self.fused` (a tuple: not submodules, so parameters() and
+        state_dict() still see the separate projections); `unfused_linears` lists what inference no longer runs."""
         def fused(*parts: nn.Linear) -> nn.Linear:
-            w = torch.cat([p.weight.detach() for p in parts])
-            lin = nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device, dtype=w.dtype)
-            lin.weight = nn.Parameter(w, requires_grad=False)
+            weight, _ = fuse_linears(list(parts))
+            lin = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+            lin.weight = nn.Parameter(weight, requires_grad=False)
             return lin
 
         modules = nn.ModuleDict(dict(qkv=fused(self.q_proj, self.k_proj, self.v_proj),
@@ -187,6 +188,10 @@ class EagleHead(nn.Module):
         self.fused = (modules,)
         self.vocab_ids = None if self.d2t is None else self._vocab_ids()
         return modules
+
+    def unfused_linears(self) -> tuple[nn.Linear, ...]:
+        """The projections a prepared head's inference runs through `fused` instead (the CPU need not pack them)."""
+        return (self.q_proj, self.k_proj, self.v_proj, self.gate_proj, self.up_proj) if self.fused else ()
 
     def features(self, hidden: torch.Tensor | None, layer_hidden: list[torch.Tensor] | None) -> torch.Tensor:
         """The head's input feature from one target forward: [B, T, H] final-norm hidden, or the fused layers."""
@@ -356,10 +361,10 @@ class EagleProposer(HeadCheckpoint, Proposer):
         else:
             self.head = load_eagle_head(checkpoint, target, ctx.target.spec.label)
             raise_if_fuse_layers_differ(fuse_layers, self.head.cfg.fuse_layers, checkpoint)
-        self.fused = self.head.prepare_inference()  # an attribute here too: run's warm-up times its CPU products
+        fused = self.head.prepare_inference()
         if self.device.type == "cpu":  # the decoder's CPU products (bf16 on oneDNN: weights packed once)
-            pack_linears(self.head, half_weights=cpu_half_weights)
-            pack_linears(self.fused, half_weights=cpu_half_weights)
+            pack_linears(self.head, half_weights=cpu_half_weights, skip=self.head.unfused_linears())
+            pack_linears(fused, half_weights=cpu_half_weights)
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:

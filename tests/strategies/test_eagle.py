@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from specbench_testing import chisquare_pvalue, resample_from_p, tiny
 from specbench.engine import Engine
@@ -129,15 +130,23 @@ def test_feature_alignment(llama, tmp_path, fuse_layers):
                     torch.testing.assert_close(feature[b, j], ref[i], atol=2e-4, rtol=2e-4)
 
 
-def test_prepare_inference_drafts_as_the_separate_projections(llama):
+def test_prepare_inference_drafts_as_the_separate_projections(llama, tmp_path):
     """prepare_inference (fused q/k/v and gate/up, the rotary from allocate's table) gives the separate projections'
     output features on a cached pass; the fused copies stay out of parameters() and state_dict()."""
     torch.manual_seed(1)
     head = EagleHead(EagleConfig.for_target(llama.model.config, None, "test"), llama.model)
     keys, params = set(head.state_dict()), len(list(head.parameters()))
+    q_weight = head.q_proj.weight.detach().clone()
     fused = head.prepare_inference()
     assert set(head.state_dict()) == keys and len(list(head.parameters())) == params
     assert fused["qkv"].weight.shape[0] == sum(m.out_features for m in (head.q_proj, head.k_proj, head.v_proj))
+    # no second copy: the separate projections are views of the fused weights, with their own values
+    assert head.q_proj.weight.untyped_storage().data_ptr() == fused["qkv"].weight.untyped_storage().data_ptr()
+    assert head.up_proj.weight.untyped_storage().data_ptr() == fused["gate_up"].weight.untyped_storage().data_ptr()
+    assert torch.equal(head.q_proj.weight, q_weight)
+    assert head.unfused_linears() == (head.q_proj, head.k_proj, head.v_proj, head.gate_proj, head.up_proj)
+    head.save(tmp_path / "saved")  # shared storage is copied out for safetensors
+    assert torch.equal(load_file(str(tmp_path / "saved" / "model.safetensors"))["q_proj.weight"], q_weight)
     b, h = 2, llama.model.config.hidden_size
     head.allocate(b, 21, CPU, torch.float32)
     positions = torch.tensor([[3, 4, 5], [11, 12, 13]])
@@ -212,7 +221,8 @@ def test_lossless_greedy(arch, fuse, tmp_path):
 def test_cpu_half_weights_keep_the_output_the_targets(monkeypatch, tmp_path):
     """strategy.cpu_half_weights on a CPU without oneDNN bf16: the head's linears keep float16 copies of their weights
     (false: none); with every head product forced onto those copies the output is still the target's greedy decoding.
-    A value that is not a bool is refused before any model loads."""
+    The separate q/k/v and gate/up, which a prepared head runs fused, are not packed (no unused copies). A value that
+    is not a bool is refused before any model loads."""
     import specbench.models.decoder as dec
 
     with pytest.raises(ConfigError, match=r"strategy.cpu_half_weights='yes'; allowed: true or false"):
@@ -221,9 +231,18 @@ def test_cpu_half_weights_keep_the_output_the_targets(monkeypatch, tmp_path):
     model = tiny("tiny-llama")
     ckpt = _head_checkpoint(model, tmp_path)
     off = EagleProposer(_ctx(model), k=3, checkpoint=ckpt, cpu_half_weights=False)
-    assert type(off.head.q_proj) is dec.CpuLinear and off.head.q_proj.half is None
+    qkv = off.head.fused[0]["qkv"]
+    assert type(qkv) is dec.CpuLinear and qkv.half is None and type(off.head.o_proj) is dec.CpuLinear
     proposer = EagleProposer(_ctx(model), k=3, checkpoint=ckpt)  # the default: true
-    assert proposer.head.q_proj.half.dtype == torch.float16 and proposer.head.fc.half is not None
+    head = proposer.head
+    assert head.fused[0]["qkv"].half.dtype == torch.float16 and head.fused[0]["gate_up"].half is not None
+    assert head.fc.half is not None and head.down_proj.half is not None
+    assert all(type(m) is torch.nn.Linear for m in head.unfused_linears())  # run fused: neither packed nor copied
+    monkeypatch.setattr(dec, "LINEAR_WT_ROWS", "auto")
+    monkeypatch.setattr(dec, "_CPU_FORMS", {})
+    monkeypatch.setattr(dec, "TIMING_BYTES", 0)
+    dec.time_cpu_forms(proposer)  # the warm-up finds the tuple-held fused linears (gate_up's shape is theirs alone)
+    assert tuple(head.fused[0]["gate_up"].weight.shape) in {k[:2] for k in dec._CPU_FORMS}
     forms = []
     real_form = dec._cpu_form
     monkeypatch.setattr(dec, "_cpu_form", lambda w, rows, half=None: forms.append(half is not None) or (
