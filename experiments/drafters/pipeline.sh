@@ -8,6 +8,9 @@
 #   bash experiments/drafters/pipeline.sh eagle3  # vocab's data and head, with EAGLE-3's fusion of target layers 2, 15, 27
 #   bash experiments/drafters/pipeline.sh evals-data  # vocab's data plus human-written openai-evals requests (call 1 of 2)
 #   bash experiments/drafters/pipeline.sh evals   # (call 2) the shipped head's recipe on that set, then both heads' AL
+#   bash experiments/drafters/pipeline.sh soft    # (call 2 instead) that recipe with soft labels, then both heads' AL
+# The EAGLE heads before the soft stage were trained on the target's top-1 (strategy.soft_labels=false, the
+# default until 2026-12-03): their stages say so, so they still make the same heads.
 # Every stage has a time budget, so a command ends inside its limit; what a budget cut is printed with the
 # setting that reproduces it (data.max_shards, train.stop_after). SMOKE=1 runs the same commands at toy
 # sizes on the CPU (a check before spending device time).
@@ -20,7 +23,7 @@
 # shipped checkpoints: for the calls that carry a GGUF part, move specbench/checkpoints/*/model.safetensors out of
 # the checkout and put them back after (no stage reads them).
 set -euo pipefail
-stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals}
+stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
 G=$PWD/.cache/gpu
 RUN=$G/run
@@ -63,7 +66,7 @@ if [ "$stage" = train ]; then
       --batch-size $MAGPIE_BS --magpie-time-budget 75 | tee "$OUT/prompts.log" | tail -3
   cp "$PROMPTS" "$OUT/"
   # 2) distillation set (cached under $RUN/distill for the other drafters) and 3) the EAGLE head
-  py -m specbench.train strategy=eagle strategy.unroll=3 train.batch_size=$TB train.steps=$STEPS train.lr=6e-4 \
+  py -m specbench.train strategy=eagle strategy.unroll=3 strategy.soft_labels=false train.batch_size=$TB train.steps=$STEPS train.lr=6e-4 \
       train.warmup=100 data.time_budget_s=210 train.time_budget_s=150 $COMMON output_dir=$RUN/eagle \
       | tee "$OUT/eagle.log" | tail -6
   cp -r "$RUN/eagle/checkpoint" "$OUT/eagle" && cp "$RUN/eagle/metrics.jsonl" "$OUT/eagle_metrics.jsonl"
@@ -76,7 +79,7 @@ if [ "$stage" = train2 ]; then
       --magpie-openers --batch-size $MAGPIE_BS --magpie-time-budget 60 | tee "$OUT/prompts_steered.log" | tail -3
   cp "$STEERED" "$OUT/"
   P=$PWD/experiments/drafters/prompts
-  py -m specbench.train strategy=eagle strategy.unroll=3 train.batch_size=$TB train.steps=$((STEPS * 5 / 4)) train.lr=6e-4 \
+  py -m specbench.train strategy=eagle strategy.unroll=3 strategy.soft_labels=false train.batch_size=$TB train.steps=$((STEPS * 5 / 4)) train.lr=6e-4 \
       train.warmup=100 data.time_budget_s=180 train.time_budget_s=110 $COMMON data.max_new_tokens=$((NEW * 2 / 3)) \
       "data.path=[$P/magpie_smollm2-135m.jsonl.gz,$STEERED,$P/python_stdlib.jsonl.gz,$SPEC]" output_dir=$RUN/eagle2 \
       | tee "$OUT/eagle2.log" | tail -6
@@ -89,7 +92,7 @@ if [ "$stage" = vocab ] || [ "$stage" = vocab2 ]; then
   # vocabulary (vocab2, on the same cached data: data.time_budget_s=0 generates nothing new). 16384 would make a
   # 27 MB fp16 checkpoint, over what we ship. Each run comes back as <name>.tgz in parts of at most 15 MB
   P=$PWD/experiments/drafters/prompts
-  V="strategy=eagle strategy.unroll=3 train.batch_size=$TB train.steps=$((STEPS * 10 / 3)) train.lr=6e-4 train.warmup=100
+  V="strategy=eagle strategy.unroll=3 strategy.soft_labels=false train.batch_size=$TB train.steps=$((STEPS * 10 / 3)) train.lr=6e-4 train.warmup=100
      train.time_budget_s=215 $COMMON data.max_new_tokens=128 data.samples=2 data.temperature=0.7 data.cache_dir=$RUN/distill2
      data.path=[$P/magpie_smollm2-135m.jsonl.gz,$P/magpie_steered_smollm2-135m.jsonl.gz,$P/python_stdlib.jsonl.gz,$SPEC]"
   if [ "$stage" = vocab ]; then runs="v8k:8192"; budget=270; else runs="v4k:4096 vfull:null"; budget=0; fi
@@ -108,7 +111,7 @@ if [ "$stage" = eagle3 ]; then
   # and 27 of 30 (low / middle / high, as formats.py picks them for a 30-layer target) fused by a linear layer
   # instead of its final-norm feature. The distillation set is made again: it must hold those layers' outputs.
   P=$PWD/experiments/drafters/prompts
-  py -m specbench.train strategy=eagle strategy.unroll=3 "strategy.fuse_layers=[2,15,27]" strategy.draft_vocab=8192 \
+  py -m specbench.train strategy=eagle strategy.unroll=3 strategy.soft_labels=false "strategy.fuse_layers=[2,15,27]" strategy.draft_vocab=8192 \
       train.batch_size=$TB train.steps=$((STEPS * 10 / 3)) train.lr=6e-4 train.warmup=100 train.time_budget_s=215 \
       $COMMON data.max_new_tokens=128 data.samples=2 data.temperature=0.7 data.cache_dir=$RUN/distill3 \
       "data.path=[$P/magpie_smollm2-135m.jsonl.gz,$P/magpie_steered_smollm2-135m.jsonl.gz,$P/python_stdlib.jsonl.gz,$SPEC]" \
@@ -118,7 +121,7 @@ if [ "$stage" = eagle3 ]; then
   split -b 15M "$RUN/e3.tgz" "$OUT/e3.tgz.part_"
 fi
 
-if [ "$stage" = evals-data ] || [ "$stage" = evals ]; then
+if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ]; then
   # (issue 13 item 3) the shipped head's recipe (vocab: 2 responses per prompt, draft vocabulary 8192, 3-step
   # training-time test) on its prompts plus 10,635 human-written requests from OpenAI's evals registry
   # (prompts/openai_evals.jsonl.gz, `python -m specbench.train.prompts --magpie 0 --code 0 --evals -1`). The set is
@@ -127,12 +130,38 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ]; then
   # trains, then measures the new head and the shipped one in one sweep (fp32, k=3, T=0, all of MT-Bench's first
   # turns and HumanEval, as the eagle3 table was). The machine must stay warm between the two calls.
   P=$PWD/experiments/drafters/prompts
-  EV="strategy=eagle strategy.unroll=3 strategy.draft_vocab=8192 train.batch_size=$TB train.lr=6e-4 train.warmup=100
+  EV="strategy=eagle strategy.unroll=3 strategy.soft_labels=false strategy.draft_vocab=8192 train.batch_size=$TB train.lr=6e-4 train.warmup=100
       $COMMON data.max_new_tokens=128 data.samples=2 data.temperature=0.7 data.cache_dir=$RUN/distill4
       data.path=[$P/magpie_smollm2-135m.jsonl.gz,$P/magpie_steered_smollm2-135m.jsonl.gz,$P/python_stdlib.jsonl.gz,$P/openai_evals.jsonl.gz,$SPEC]"
   if [ "$stage" = evals-data ]; then
     py -m specbench.train $EV train.steps=$((STEPS * 10 / 3)) train.stop_after=1 \
         data.time_budget_s=${DATA_BUDGET_S:-540} output_dir=$RUN/evals-data | grep -E "^distillation" | tail -4
+  elif [ "$stage" = soft ]; then
+    # 2026-12-03 (twelfth session): the shipped head's exact recipe (evals: this set, 6000 steps, seed 0) with one
+    # change, strategy.soft_labels=true: the token loss is a cross-entropy to the target's distribution over the draft
+    # vocabulary (its LM head over the cached final-norm feature), as EAGLE and EAGLE-3 train, not to its top-1. Then
+    # both heads in one sweep: the chain at T = 0 and T = 1, and EAGLE-2's dynamic tree at T = 0.
+    # AB=1 (when the data set is smaller than the shipped head's): train a top-1 head too, same data and steps
+    heads=eagle-smollm2-135m
+    for v in soft:true ${AB:+hard:false}; do
+      name=${v%%:*}
+      py -m specbench.train $EV strategy.soft_labels=${v#*:} train.steps=${EVALS_STEPS:-$((STEPS * 5))} \
+          train.time_budget_s=${TRAIN_BUDGET_S:-360} data.time_budget_s=0 output_dir=$RUN/$name \
+          | tee "$RUN/$name.log" | grep -v "train eagle:" | tail -8
+      tar czf "$RUN/$name.tgz" -C "$RUN" $name.log $name/checkpoint $name/metrics.jsonl
+      split -b 15M "$RUN/$name.tgz" "$OUT/$name.tgz.part_"
+      heads=$heads,$RUN/$name/checkpoint
+    done
+    AL="logger=none baseline=false engine.batch_size=164 max_new_tokens=$GEN engine.dtype=float32 engine.cuda_graphs=false
+        engine.warmup=false engine.device=$DEV dataset=mt-bench,humaneval $NP
+        strategy.checkpoint=$heads hydra.sweep.subdir=\${hydra.job.num}"
+    for sweep in "chain:strategy.k=3 sampling.temperature=0,1" \
+                 "tree:strategy.tree=dynamic strategy.top_k=4 strategy.num_nodes=8 strategy.k=4 sampling.temperature=0"; do
+      left=$((DEADLINE - SECONDS))
+      timeout $((left > 15 ? left : 15)) python3 -m specbench -m $AL ${sweep#*:} hydra.sweep.dir=$RUN/soft-al/${sweep%%:*} \
+          2>&1 | tr '\r' '\n' | grep -E "^results:|acceptance length|Error" || true
+    done
+    tar czf "$OUT/soft-al.tgz" -C "$RUN" soft-al
   else
     py -m specbench.train $EV train.steps=${EVALS_STEPS:-$((STEPS * 5))} train.time_budget_s=${TRAIN_BUDGET_S:-330} \
         data.time_budget_s=0 output_dir=$RUN/ev | tee "$RUN/ev.log" | grep -v "train eagle:" | tail -8

@@ -9,7 +9,8 @@ own LM head over N target ids instead (EAGLE-3's reduced vocabulary, `DraftVocab
 and inference drafts only those ids.
 
 Alignment (sequence x_0..x_{N-1}, target features f_0..f_{N-2}, target top-1 prediction y_t at t):
-- eagle: input at i is (f_i, x_{i+1}); it learns f_{i+1} (smooth L1) and y_{i+1} (the token at i+2).
+- eagle: input at i is (f_i, x_{i+1}); it learns f_{i+1} (smooth L1) and y_{i+1} (the token at i+2), or with
+  soft_labels the target's distribution there (softmax of its LM head over f_{i+1}).
   Unrolled steps j >= 2 (EAGLE-3's training-time test) feed the head's own step-(j-1) output from
   i-1 as the feature at i and attend exactly as drafting does: true keys at <= i-j+1, then one
   key from each earlier unrolled step, then itself.
@@ -51,22 +52,35 @@ class Batch:
 class TokenLoss:
     """Cross-entropy over the LM head's rows `ids` (all of them when None), with the labels mapped by `index`
     (target id -> class; the identity when None). A label mapped to -100 is outside the scored vocabulary:
-    left out of the cross-entropy, and never top-1 correct."""
+    left out of the cross-entropy, and never top-1 correct. `classes` [C] are the target ids of the classes, in
+    class order (None: every target id), for soft labels: the target's distribution over exactly those ids."""
 
     ids: torch.Tensor | None  # [Vs] rows of the LM head scored
     index: torch.Tensor | None  # [V] target id -> class, -100 outside
+    classes: torch.Tensor | None = None  # [C] target id of each class (None: class == target id)
 
-    def __call__(self, lm_head: nn.Module, hidden: torch.Tensor,
-                 labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """hidden [M, H], labels [M] target ids -> (mean CE, [M] bool top-1 correct)."""
+    def __call__(self, lm_head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor,
+                 soft: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden [M, H], labels [M] target ids -> (mean CE, [M] bool top-1 correct). With soft [M, C] (the target's
+        probabilities over the classes) the cross-entropy is to that distribution instead of the top-1 label, over
+        the same rows (a row whose label is outside the classes is left out, as EAGLE-3 masks it)."""
         logits = (lm_head(hidden) if self.ids is None else F.linear(hidden, lm_head.weight[self.ids])).float()
         target = labels if self.index is None else self.index[labels]
         correct = logits.argmax(-1) == target
-        if (target >= 0).any():
+        scored = target >= 0
+        if not scored.any():
+            loss = logits.sum() * 0
+        elif soft is None:
             loss = F.cross_entropy(logits, target, ignore_index=-100)
         else:
-            loss = logits.sum() * 0
+            loss = -(soft[scored] * F.log_softmax(logits[scored], dim=-1)).sum(-1).mean()
         return loss, correct
+
+    def target_probs(self, lm_head_weight: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """The target's distribution over the classes, [M, C] float32, from its final-norm features [M, H] and its
+        LM head's weight [V, H]: softmax over the classes' logits (renormalised to them, as EAGLE-3's t2d)."""
+        weight = lm_head_weight if self.classes is None else lm_head_weight[self.classes]
+        return torch.softmax(F.linear(features.to(weight.dtype), weight).float(), dim=-1)
 
     def outside(self, labels: torch.Tensor) -> torch.Tensor:
         """[M] target ids -> [M] bool: the labels this loss cannot score."""
@@ -90,7 +104,7 @@ def token_loss_for(data: DistillData, train_ids: list[int], vocab: int, size: in
         return TokenLoss(None, None)
     counts = top1_counts(data, train_ids, with_tokens=True)
     ids = torch.tensor(sorted(t for t, _ in counts.most_common(size)), device=device)
-    return TokenLoss(ids, class_index(ids, vocab))
+    return TokenLoss(ids, class_index(ids, vocab), ids)
 
 
 def class_index(ids: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -191,14 +205,20 @@ class EagleTrainer(Trainer):
     over the N target ids most often the target's top-1 in the training sequences (DraftVocab), initialised from
     the target's rows of them and trained (the target's LM head stays frozen); the token loss is a cross-entropy
     over those N with every other label left out (logged as `outside_vocab`, counted wrong in acc_j).
-    `train.ce_vocab` does not apply then: draft_vocab wins."""
+    `train.ce_vocab` does not apply then: draft_vocab wins. `soft_labels` (the default; false before 2026-12-03): the
+    token loss is a cross-entropy to the target's whole distribution at each position (its frozen LM head over the
+    cached final-norm feature, renormalised to the scored vocabulary), as EAGLE and EAGLE-3 train, instead of to its
+    top-1."""
 
     name = "eagle"
 
     def __init__(self, target: LoadedModel, target_label: str, data_layers: tuple[int, ...], name: str = "eagle",
                  fuse_layers: list[int] | None = None, unroll: int = 2, w_feature: float = 1.0, w_token: float = 0.5,
-                 feature_noise: float = 0.0, draft_vocab: int | None = None) -> None:
+                 feature_noise: float = 0.0, draft_vocab: int | None = None, soft_labels: bool = True) -> None:
         super().__init__(target, target_label, data_layers)
+        if not isinstance(soft_labels, bool):
+            raise ConfigError(f"strategy.soft_labels={soft_labels!r}; allowed: true (the target's distribution) or "
+                              f"false (its top-1)")
         n_layers = target.model.config.num_hidden_layers
         if fuse_layers and not all(0 <= i < n_layers for i in fuse_layers):
             raise ConfigError(f"strategy.fuse_layers={list(fuse_layers)}; allowed: target layer indices "
@@ -211,6 +231,7 @@ class EagleTrainer(Trainer):
         self.module = EagleHead(cfg, target.model)
         self.vocab: DraftVocab | None = None  # chosen in prepare(), once the data exists
         self.unroll, self.w_feature, self.w_token, self.noise = unroll, w_feature, w_token, feature_noise
+        self.soft_labels = soft_labels
 
     def layers(self) -> tuple[int, ...]:
         return tuple(self.module.cfg.fuse_layers or ())
@@ -237,7 +258,7 @@ class EagleTrainer(Trainer):
                 head.d2t.copy_(self.vocab.d2t())
         print(f"draft vocabulary: {size} target ids cover {self.vocab.covered:.4f} of {self.vocab.labels} top-1 labels "
               f"of the training sequences", flush=True)
-        return TokenLoss(None, class_index(ids, head.cfg.vocab_size))  # target id -> draft id
+        return TokenLoss(None, class_index(ids, head.cfg.vocab_size), ids)  # target id -> draft id
 
     def save(self, directory: Path) -> None:
         super().save(directory)
@@ -261,6 +282,12 @@ class EagleTrainer(Trainer):
         target_feat = F.pad(batch.hidden[:, 1:], (0, 0, 0, 1))  # f_{i+1}
         labels = F.pad(batch.top1[:, 1:], (0, 1))  # y_{i+1}
         cols, ok = sample_positions(valid, positions, g)
+        first = ok & valid.gather(1, cols)  # step 1's rows; a later step's are a subset of them
+        soft = None
+        if self.soft_labels:  # the target's distribution at i+1, from f_{i+1} (constant: no gradient)
+            with torch.no_grad():
+                rows = target_feat.gather(1, cols[..., None].expand(-1, -1, target_feat.shape[-1]))[first]
+                soft = token_loss.target_probs(self.target.model.get_output_embeddings().weight, rows)  # [M1, C]
         q, k = pos[:1, :, None], pos[:1, None, :]  # [1, T, 1], [1, 1, T]
         total = torch.zeros((), device=feature.device)
         metrics: dict[str, float] = {}
@@ -283,7 +310,7 @@ class EagleTrainer(Trainer):
             pick = ok & step_valid.gather(1, cols)
             sel = out.gather(1, cols[..., None].expand(-1, -1, out.shape[-1]))[pick]  # [M, H]
             picked = labels.gather(1, cols)[pick]  # [M] target ids
-            ce, correct = token_loss(head.lm_head, sel, picked)
+            ce, correct = token_loss(head.lm_head, sel, picked, None if soft is None else soft[pick[first]])
             total = total + self.w_feature * reg + self.w_token * ce
             if j == 1 and token_loss.index is not None:  # step 1's labels hold every later step's
                 metrics["outside_vocab"] = float(token_loss.outside(picked).float().mean()) if picked.numel() else 0.0

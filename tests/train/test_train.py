@@ -160,7 +160,7 @@ def test_the_draft_vocab_loss_leaves_out_labels_outside_it_and_counts_them_wrong
 
 def test_the_eagle_loss_with_a_draft_vocab_depends_on_inside_labels_only():
     target = tiny("tiny-llama")
-    trainer = EagleTrainer(target, "tiny-llama", (), unroll=2, draft_vocab=5)
+    trainer = EagleTrainer(target, "tiny-llama", (), unroll=2, draft_vocab=5, soft_labels=False)  # labels matter
     inside = [3, 17, 42, 60, 88]
     top1 = [[inside[i % 5] for i in range(8)], [inside[i % 5] for i in range(6)]]  # [B=2, 8 and 6]
     top1[0][2], top1[0][5], top1[1][3] = 90, 95, 99  # outside (each once; 42 and 60 are left twice, once each)
@@ -271,4 +271,63 @@ def test_a_draft_vocab_of_the_whole_vocabulary_loads_back(tmp_path, prompts_file
 def test_a_bad_draft_vocab_is_a_config_error_before_any_data_is_made(tmp_path, prompts_file, size):
     with pytest.raises(ConfigError, match=r"strategy.draft_vocab=.*allowed: null .* integer 1\.\.101"):
         train(_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.draft_vocab={size}"))
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_soft_label_loss_is_the_cross_entropy_to_the_given_distribution_over_scored_rows():
+    """TokenLoss with soft labels: a one-hot distribution gives the top-1 loss, a uniform one the mean negative
+    log-probability over the classes; rows whose label is outside the classes are left out either way."""
+    g = torch.Generator().manual_seed(4)
+    head = nn.Linear(5, 3, bias=False)  # draft ids 0, 1, 2 are target ids 1, 4, 6 of 7
+    ids = torch.tensor([1, 4, 6])
+    index = torch.full((7,), -100)
+    index[ids] = torch.arange(3)
+    loss = TokenLoss(None, index, ids)
+    hidden, labels = torch.randn(5, 5, generator=g), torch.tensor([4, 2, 6, 1, 0])  # rows 1 and 4 outside
+    hard, correct = loss(head, hidden, labels)
+    one_hot = F.one_hot(index[labels].clamp(min=0), 3).float()
+    torch.testing.assert_close(loss(head, hidden, labels, one_hot)[0], hard)
+    uniform = torch.full((5, 3), 1 / 3)
+    inside = torch.tensor([0, 2, 3])
+    torch.testing.assert_close(loss(head, hidden, labels, uniform)[0],
+                               -F.log_softmax(head(hidden[inside]), -1).mean(-1).mean())
+    assert torch.equal(loss(head, hidden, labels, uniform)[1], correct)  # top-1 correctness is the label's
+    # the target's distribution over the classes: its LM head's rows of them, renormalised
+    weight = torch.randn(7, 5, generator=g)
+    torch.testing.assert_close(loss.target_probs(weight, hidden), torch.softmax(hidden @ weight[ids].T, -1))
+    torch.testing.assert_close(TokenLoss(None, None).target_probs(weight, hidden), torch.softmax(hidden @ weight.T, -1))
+
+
+@pytest.mark.parametrize("vocab", ["draft_vocab", "ce_vocab", "full"])
+def test_eagle_soft_labels_are_the_targets_distribution_at_the_labels_position(tmp_path, prompts_file, monkeypatch,
+                                                                                 vocab):
+    """strategy.soft_labels=true trains and saves; at every unrolled step each scored row's soft label is the target's
+    distribution there: its argmax is the row's top-1 label (fp32 features), and it sums to 1 over the classes."""
+    opts = {"draft_vocab": ("strategy.draft_vocab=13",), "ce_vocab": ("train.ce_vocab=40",),
+            "full": ("train.ce_vocab=0",)}[vocab]
+    seen = []
+    real = TokenLoss.__call__
+
+    def record(self, lm_head, hidden, labels, soft=None):
+        classes = V if self.classes is None else len(self.classes)
+        assert soft is not None and soft.shape == (labels.shape[0], classes)
+        seen.append((self.index, labels, soft))
+        return real(self, lm_head, hidden, labels, soft)
+
+    monkeypatch.setattr(TokenLoss, "__call__", record)
+    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=3", "strategy.soft_labels=true",
+                      "train.steps=2", *opts))
+    assert (ckpt / "model.safetensors").exists()
+    assert len(seen) >= 2 * 3  # every step of every unrolled position
+    for index, labels, soft in seen:
+        target = labels if index is None else index[labels]
+        scored = target >= 0
+        assert scored.any()
+        assert torch.equal(soft[scored].argmax(-1), target[scored])
+        torch.testing.assert_close(soft.sum(-1), torch.ones(len(labels)))
+
+
+def test_a_bad_soft_labels_value_is_a_config_error(tmp_path, prompts_file):
+    with pytest.raises(ConfigError, match=r"strategy.soft_labels='yes'; allowed: true .* or false"):
+        train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.soft_labels=yes"))
     assert not (tmp_path / "data").exists()
