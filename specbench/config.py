@@ -45,6 +45,7 @@ def _conf_dir() -> Path:
 
 CONF_DIR = _conf_dir()
 SCHEDULERS = ("static", "continuous")  # engine.scheduler (engine.Engine.generate)
+BASELINE_ORDERS = ("interleaved", "sequential")  # RunConfig.baseline_order
 
 
 @dataclass
@@ -143,6 +144,7 @@ class RunConfig:
     max_model_len: int = 2048  # prompt + max_new_tokens + k + 1 must fit
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     baseline: bool = True  # also run strategy `none` on the same prompts and report speedup over it
+    baseline_order: str = "interleaved"  # or sequential (specbench.run._decode)
     output_dir: str | None = None  # null = Hydra's job directory
     resume: bool | None = None  # skip a job whose directory holds a complete results.json (specbench.__main__)
     objective: str = "speedup"  # the job's one number for a settings optimizer (specbench.metrics.OBJECTIVES)
@@ -150,6 +152,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
             raise unknown("objective", self.objective, OBJECTIVES)
+        if self.baseline_order not in BASELINE_ORDERS:
+            raise unknown("baseline_order", self.baseline_order, BASELINE_ORDERS)
         if self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens={self.max_new_tokens!r}; allowed: an integer >= 1")
         if self.max_model_len < 2:

@@ -161,7 +161,8 @@ def results_table(results: Mapping[str, Any]) -> str:
                    f"from its admission into a slot; whole-run tok/s includes every admission's prefill")
     if results.get("speedup"):
         sp = results["speedup"]
-        out.append(f"speedup (baseline TPOT / strategy TPOT): {_fmt(sp['speedup'])}x "
+        order = {"interleaved": ", batches in turns", "sequential": ", baseline first"}.get(results["run"].get("order"), "")
+        out.append(f"speedup (baseline TPOT / strategy TPOT{order}): {_fmt(sp['speedup'])}x "
                    f"(per prompt: median {_fmt(sp['per_prompt']['median'])}, p90 {_fmt(sp['per_prompt']['p90'])}, n={sp['per_prompt']['n']})")
         if sp.get("whole_batch") is not None:
             out.append(f"speedup in whole-batch decode tokens/s: {_fmt(sp['whole_batch'])}x")

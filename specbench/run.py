@@ -75,6 +75,7 @@ class _Plan:
     shard_on_load: bool = False  # engine.shard_on_load: each rank builds only its share of a random-weight target
     pdl: bool = True  # engine.pdl: programmatic dependent launch of the decoder's GEMMs (CUDA, Hopper and later)
     float32_invariant: bool = False  # engine.batch_invariant=true in float32 on the CPU: the target's oneDNN path
+    baseline_order: str = "interleaved"  # baseline and strategy batch by batch in turns, or one after the other
 
     @property
     def lossless(self) -> bool:
@@ -168,7 +169,8 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
     return _Plan(cls, strategy_cfg, sampling, target, draft, prompts, device, DTYPES[dtype_name], e.batch_size,
                  max_new, c.max_model_len, e.backend, rules, cuda_graphs_default(e.cuda_graphs, device),
                  e.batch_invariant is not False, synthetic, cls.checkpoint_record(strategy_cfg, target),
-                 e.tensor_parallel, e.scheduler, frozenset(e.stop_token_ids), e.shard_on_load, e.pdl, float32_invariant)
+                 e.tensor_parallel, e.scheduler, frozenset(e.stop_token_ids), e.shard_on_load, e.pdl, float32_invariant,
+                 c.baseline_order)
 
 
 def raise_if_float32_not_invariant(target: ModelSpec, backend: str) -> None:
@@ -296,25 +298,49 @@ def _warm_up(engines: Any, p: _Plan, token_ids: list[list[int]], mm_inputs: list
         engine.proposer.reseed()
 
 
-def _decode(engine: Engine, prompts: list[list[int]], batch_size: int, desc: str,
-            mm_inputs: list[dict | None] | None = None, quiet: bool = False,
-            continuous: bool = False) -> tuple[list[RowResult], list[BatchTiming]]:
-    """Every prompt through `engine`: static batches of batch_size, or (continuous) one run over batch_size slots."""
-    total = len(prompts) * engine.max_new_tokens
-    with tqdm(total=total, desc=desc, unit="tok", dynamic_ncols=True, mininterval=1.0, disable=quiet) as bar:
-        if continuous:
-            rows, timing = engine.generate(prompts, on_step=bar.update, concurrency=batch_size)
-            return rows, [timing]
-        rows: list[RowResult] = []
-        timings: list[BatchTiming] = []
-        for start in range(0, len(prompts), batch_size):
-            batch_mm = None if mm_inputs is None else mm_inputs[start : start + batch_size]
-            batch_rows, timing = engine.generate(prompts[start : start + batch_size], on_step=bar.update, mm_inputs=batch_mm)
-            rows.extend(batch_rows)
-            timings.append(timing)
-            bar.total = bar.n + (len(prompts) - len(rows)) * engine.max_new_tokens  # rows can stop early at EOS
+def _decode(engines: Mapping[str, Engine], labels: Mapping[str, str], prompts: list[list[int]], batch_size: int,
+            mm_inputs: list[dict | None] | None = None, quiet: bool = False, continuous: bool = False,
+            interleave: bool = False) -> tuple[dict[str, list[RowResult]], dict[str, list[BatchTiming]], str]:
+    """Every prompt through each engine (one progress bar each): static batches of batch_size, or (continuous) one
+    run over batch_size slots per engine. With `interleave` and more than one engine and batch, the engines take
+    turns batch by batch, their order reversed every batch (A B, B A, A B, ...), so a machine whose speed drifts
+    during the job (clocks, neighbours) drifts on both sides of a speedup alike; otherwise each engine runs all its
+    batches before the next starts. Returns rows and batch timings per engine, and the order that ran
+    ("interleaved" or "sequential")."""
+    sides = list(engines)
+    starts = list(range(0, len(prompts), batch_size))
+    alternate = interleave and not continuous and len(sides) > 1 and len(starts) > 1
+    if alternate:
+        turns = [(side, s) for b, s in enumerate(starts) for side in (sides if b % 2 == 0 else sides[::-1])]
+    else:
+        turns = [(side, s) for side in sides for s in ([0] if continuous else starts)]
+    rows: dict[str, list[RowResult]] = {side: [] for side in sides}
+    timings: dict[str, list[BatchTiming]] = {side: [] for side in sides}
+    bars: dict[str, tqdm] = {}
+    try:
+        for side, start in turns:
+            engine = engines[side]
+            if side not in bars:  # opened at a side's first turn: sequential bars then print one below the other
+                bars[side] = tqdm(total=len(prompts) * engine.max_new_tokens, desc=labels[side], unit="tok",
+                                  dynamic_ncols=True, mininterval=1.0, disable=quiet,
+                                  position=len(bars) if alternate else None, leave=True)
+            bar = bars[side]
+            if continuous:
+                batch_rows, timing = engine.generate(prompts, on_step=bar.update, concurrency=batch_size)
+            else:
+                batch_mm = None if mm_inputs is None else mm_inputs[start : start + batch_size]
+                batch_rows, timing = engine.generate(prompts[start : start + batch_size], on_step=bar.update,
+                                                     mm_inputs=batch_mm)
+            rows[side].extend(batch_rows)
+            timings[side].append(timing)
+            bar.total = bar.n + (len(prompts) - len(rows[side])) * engine.max_new_tokens  # rows can stop at EOS
             bar.refresh()
-    return rows, timings
+            if not alternate and len(rows[side]) == len(prompts):
+                bar.close()
+    finally:
+        for bar in bars.values():
+            bar.close()
+    return rows, timings, "interleaved" if alternate else "sequential"
 
 
 def project_commit() -> dict[str, Any]:
@@ -450,15 +476,14 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
         _warm_up(engines.values(), p, token_ids, mm_inputs)
     captures_before = graph_captures()
 
-    rows: dict[str, list[RowResult]] = {}
     summaries: dict[str, Any] = {}
     per_prompt: dict[str, list[dict[str, Any]]] = {}
-    for side, engine in engines.items():
-        label = "none" if side == "baseline" else p.strategy_cfg.get("name", side)
-        rows[side], timings = _decode(engine, token_ids, p.batch_size, desc=label, mm_inputs=mm_inputs, quiet=not writer,
-                                      continuous=p.scheduler == "continuous")
+    labels = {side: "none" if side == "baseline" else p.strategy_cfg.get("name", side) for side in engines}
+    rows, timings, order = _decode(engines, labels, token_ids, p.batch_size, mm_inputs=mm_inputs, quiet=not writer,
+                                   continuous=p.scheduler == "continuous", interleave=p.baseline_order == "interleaved")
+    for side in engines:
         per_prompt[side] = [prompt_metrics(r) for r in rows[side]]
-        summaries[side] = summarize(per_prompt[side], timings)
+        summaries[side] = summarize(per_prompt[side], timings[side])
 
     results: dict[str, Any] = {
         "run": {"strategy": p.strategy_cfg.get("name"), "k": proposer.k, "target": p.target.label,
@@ -466,7 +491,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
                 "draft_files": _model_files(p.draft) if p.draft else None, "checkpoint": p.checkpoint,
                 "dataset": (cfg.get("dataset") or {}).get("name"),
                 "n_prompts": len(p.prompts), "max_new_tokens": p.max_new_tokens, "batch_size": p.batch_size,
-                "scheduler": p.scheduler,
+                "scheduler": p.scheduler, "order": order,
                 "temperature": p.sampling.temperature, "top_k": p.sampling.top_k, "top_p": p.sampling.top_p,
                 "seed": p.sampling.seed, "dtype": str(p.dtype).removeprefix("torch."), "lossless": p.lossless,
                 "synthetic_acceptance": p.synthetic or None, "cuda_graphs": p.cuda_graphs,

@@ -12,7 +12,9 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from specbench_testing import local_model_dir, tiny
+from specbench.engine import Engine
 from specbench.errors import ConfigError
+from specbench.logging import results_table
 from specbench.models.loading import resolve_spec
 from specbench.report import build_report
 from specbench.run import CONF_DIR, plan, run
@@ -108,6 +110,7 @@ BAD = [
      "strategy.checkpoint='eagle-smollm2-135m/no-such-subdir' does not exist"),
     (["strategy.k=1000"], "= 1008 positions exceeds max_position_embeddings=512 of target 'tiny-llama'"),
     (["target.source=random", "target.path=/tmp"], "target.source=random builds a preset's architecture"),
+    (["baseline_order=alternate"], "unknown baseline_order 'alternate'; allowed: interleaved, sequential"),
 ]
 
 
@@ -237,6 +240,35 @@ def test_warmup_never_changes_sampled_tokens(tmp_path: Path):
     off = run(cfg(*c, "engine.warmup=false", f"+output_dir={tmp_path / 'off'}")).outputs
     assert [o["output_token_ids"] for o in on] == [o["output_token_ids"] for o in off]
     assert [o["baseline_output_token_ids"] for o in on] == [o["baseline_output_token_ids"] for o in off]
+
+
+def test_baseline_and_strategy_take_turns_batch_by_batch(tmp_path: Path, monkeypatch):
+    """baseline_order=interleaved (the default): static batches alternate A B, B A, A B, so a machine that drifts
+    drifts on both sides; sequential runs every baseline batch first. The order changes no token, at T = 1 too
+    (each engine draws from its own streams)."""
+    calls: list[tuple[str, int]] = []
+    generate = Engine.generate
+
+    def recorded(self, prompts, *args, **kwargs):  # the real generate, its calls recorded
+        calls.append((type(self.proposer).__name__, len(prompts)))
+        return generate(self, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "generate", recorded)
+    c = [*TINY, "draft=self", "strategy.k=2", "sampling.temperature=1", "engine.batch_size=2", "engine.warmup=false"]
+    turns = run(cfg(*c, f"+output_dir={tmp_path / 'turns'}"))
+    t, d = "TargetOnly", "DraftModelProposer"
+    assert calls == [(t, 2), (d, 2), (d, 2), (t, 2), (t, 1), (d, 1)]  # 5 prompts: batches of 2, 2, 1
+    assert turns.results["run"]["order"] == "interleaved"
+    assert "batches in turns" in results_table(turns.results)
+    calls.clear()
+    first = run(cfg(*c, "baseline_order=sequential", f"+output_dir={tmp_path / 'first'}"))
+    assert calls == [(t, 2), (t, 2), (t, 1), (d, 2), (d, 2), (d, 1)]
+    assert first.results["run"]["order"] == "sequential"
+    for key in ("output_token_ids", "baseline_output_token_ids"):
+        assert [o[key] for o in turns.outputs] == [o[key] for o in first.outputs]
+    calls.clear()
+    one = run(cfg(*c, "engine.batch_size=8", f"+output_dir={tmp_path / 'one'}"))  # one batch: nothing to alternate
+    assert calls == [(t, 5), (d, 5)] and one.results["run"]["order"] == "sequential"
 
 
 def test_dtype_auto_on_the_cpu_is_bf16_only_where_the_decoder_is_bit_invariant(monkeypatch):
