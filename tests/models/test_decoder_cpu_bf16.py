@@ -145,19 +145,39 @@ def test_the_plans_prediction_matches_the_runner(sizes):
     assert DecoderRunner(model).cpu_invariant == inner_ok
 
 
-def test_a_packed_products_rows_do_not_depend_on_how_many_share_the_call():
+def test_a_packed_product_the_probe_passes_keeps_every_rows_bits():
     """decoder._packed_linear at SmolLM2-135M's shapes (inner 576 and 1536, where oneDNN's kernel changes from 33 rows
-    on with weights packed for 16): every row of a 1..100-row call equals that row alone, bit for bit."""
+    on with weights packed for 16): where this CPU's probe (onednn_row_invariant) passes a shape, every row of a
+    1..100-row call equals that row alone, bit for bit. Where it fails one (K = 1536 on an AMD EPYC with AVX512-BF16
+    and no AMX), a row does differ somewhere, which is what the probe is for; the runner then stays off the path."""
     import specbench.models.decoder as dec
 
     g = torch.Generator().manual_seed(0)
     for n, k in ((1728, 576), (576, 1536)):
-        packed = dec._pack_onednn(torch.randn(n, k, generator=g).bfloat16())
+        weight = torch.randn(n, k, generator=g).bfloat16()
+        packed = dec._pack_onednn(weight)
         x = torch.randn(100, k, generator=g).bfloat16()
         alone = torch.cat([dec._packed_linear(x[i : i + 1], packed) for i in range(100)])
-        for m in (2, 31, 32, 33, 40, 64, 100):
-            assert torch.equal(dec._packed_linear(x[:m], packed), alone[:m]), (n, k, m)
-        assert torch.equal(dec._packed_linear(x.view(4, 25, k), packed), alone.view(4, 25, n))  # [B, T, K] inputs
+        equal = [torch.equal(dec._packed_linear(x[:m], packed), alone[:m]) for m in (2, 31, 32, 33, 40, 64, 100)]
+        equal.append(torch.equal(dec._packed_linear(x.view(4, 25, k), packed), alone.view(4, 25, n)))  # [B, T, K]
+        if dec.onednn_row_invariant([weight]):
+            assert all(equal), (n, k, equal)
+
+
+def test_a_shape_that_fails_the_probe_keeps_plan_and_runner_off_the_bf16_path(monkeypatch):
+    """engine.dtype=auto (cpu_bf16_invariant) and DecoderRunner.cpu_invariant both follow this CPU's probe: with one
+    GEMM shape recorded as not row-invariant here (as K = 1536 is on an AMD EPYC with AVX512-BF16), neither takes
+    the bf16 path; the same sizes take it where every shape passes."""
+    import specbench.models.decoder as dec
+    from specbench.models.loading import known_sizes
+
+    m = tiny_bf16("tiny-qwen3")
+    known = known_sizes(m.model.config.to_dict())
+    if not (dec.cpu_bf16_invariant(known) and DecoderRunner(m.model).cpu_invariant):
+        pytest.skip("this CPU's probe fails the tiny model's own shapes")
+    monkeypatch.setitem(dec._ROW_INVARIANT, (192, 320, torch.bfloat16), False)  # the down projection's [N, K]
+    assert not dec.cpu_bf16_invariant(known)
+    assert not DecoderRunner(m.model).cpu_invariant
 
 
 @pytest.mark.skipif(not onednn_bf16(), reason="needs oneDNN bf16 on this CPU (AMX / AVX512-BF16)")
