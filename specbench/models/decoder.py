@@ -314,8 +314,9 @@ def pack_linears(module: nn.Module, half_weights: bool = False, skip: Iterable[n
     """On the CPU, for inference: every nn.Linear inside `module` (its own, not ones it holds by reference outside its
     children), except those in `skip` (linears inference does not run), takes the decoder's CPU product. With oneDNN
     bf16 (`onednn_bf16`) a bf16 one whose inner size is a multiple of ONEDNN_INVARIANT_K becomes a PackedLinear, its
-    weight packed once; without it a float32 one becomes a CpuLinear, with a float16 copy of its weight to choose
-    from if `half_weights` (and the weight fits float16's range). The parameters stay the same objects. Returns how
+    weight packed once; a float32 one becomes a CpuLinear (also on a CPU with oneDNN bf16 that runs float32: one
+    whose bf16 product the probe refused), with a float16 copy of its weight to choose from if `half_weights` (and
+    the weight fits float16's range). The parameters stay the same objects. Returns how
     many changed. Call it after the weights are loaded and before inference."""
     onednn, count, skipped = onednn_bf16(), 0, {id(m) for m in skip}
     for name, sub in list(module.named_modules()):
@@ -324,7 +325,7 @@ def pack_linears(module: nn.Module, half_weights: bool = False, skip: Iterable[n
         if onednn and sub.weight.dtype == torch.bfloat16 and sub.in_features % ONEDNN_INVARIANT_K == 0:
             swapped = PackedLinear(sub.in_features, sub.out_features, bias=sub.bias is not None, device="meta")
             swapped.packed = _pack_onednn(sub.weight)
-        elif not onednn and sub.weight.dtype == torch.float32:
+        elif sub.weight.dtype == torch.float32:
             swapped = CpuLinear(sub.in_features, sub.out_features, bias=sub.bias is not None, device="meta")
             half = sub.weight.detach().to(torch.float16) if half_weights else None
             swapped.half = half if half is not None and bool(torch.isfinite(half).all()) else None
