@@ -275,13 +275,13 @@ def test_dtype_auto_on_the_cpu_is_bf16_only_where_the_decoder_is_bit_invariant(m
     import specbench.models.decoder as dec
 
     monkeypatch.setattr(dec, "onednn_bf16", lambda: True)  # the sizes rule, whatever this CPU has,
-    monkeypatch.setattr(dec, "onednn_row_invariant", lambda weights: True)  # and whatever its probe finds
+    monkeypatch.setattr(dec, "onednn_shapes_row_invariant", lambda shapes, dtype: True)  # and whatever its probe finds
     assert plan(cfg("engine.device=cpu")).dtype == torch.bfloat16  # smollm2-135m: 576 / 9 x 64 / 1536
     assert plan(cfg("engine.device=cpu", "engine.dtype=float32")).dtype == torch.float32  # asked for
     for off in (["target=tiny-llama", "strategy=draft_model"],  # hidden 48: not a multiple of 64
                 ["engine.backend=transformers"], ["engine.batch_invariant=false"]):
         assert plan(cfg("engine.device=cpu", *off)).dtype == torch.float32, off
-    monkeypatch.setattr(dec, "onednn_row_invariant", lambda weights: False)  # a shape that rounds by row count here
+    monkeypatch.setattr(dec, "onednn_shapes_row_invariant", lambda shapes, dtype: False)  # a shape rounding by row count
     assert plan(cfg("engine.device=cpu")).dtype == torch.float32
     monkeypatch.setattr(dec, "onednn_bf16", lambda: False)  # a CPU without bf16 GEMMs in oneDNN
     assert plan(cfg("engine.device=cpu")).dtype == torch.float32

@@ -29,7 +29,7 @@ fused GEMMs), which is what the CPU tests compare against transformers.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -182,13 +182,7 @@ def cpu_bf16_invariant(known: dict | None) -> bool:
     weights). engine.dtype=auto picks bfloat16 on the CPU where it does."""
     shapes = _known_gemm_shapes(known)
     return (bool(shapes) and all(k % ONEDNN_INVARIANT_K == 0 for _, k in shapes) and onednn_bf16()
-            and onednn_row_invariant(_random_weights(shapes, torch.bfloat16)))
-
-
-def _random_weights(shapes: list[tuple[int, int]], dtype: torch.dtype) -> list[torch.Tensor]:
-    """Seeded random [N, K] weights of these shapes, for probing this CPU's products before a model loads."""
-    g = torch.Generator().manual_seed(0)
-    return [torch.randn(shape, generator=g).to(dtype) for shape in shapes]
+            and onednn_shapes_row_invariant(shapes, torch.bfloat16))
 
 
 def _known_gemm_shapes(known: dict | None) -> list[tuple[int, int]] | None:
@@ -241,13 +235,23 @@ _ROW_INVARIANT: dict[tuple[int, int, torch.dtype], bool] = {}  # probed (N, K, d
 def onednn_row_invariant(weights: list[torch.Tensor]) -> bool:
     """Whether oneDNN's product on each weight, packed as the decoder packs it, gives every row the bits it gets alone,
     for 1..ONEDNN_INVARIANT_ROWS rows per call (probed once per shape and dtype in this process: a few ms a shape)."""
-    for weight in weights:
-        key = (weight.shape[0], weight.shape[1], weight.dtype)
-        if key not in _ROW_INVARIANT:
-            _ROW_INVARIANT[key] = _probe_row_invariance(weight)
-        if not _ROW_INVARIANT[key]:
-            return False
-    return True
+    return all(_row_invariant(w.shape[0], w.shape[1], w.dtype, lambda w=w: w) for w in weights)
+
+
+def onednn_shapes_row_invariant(shapes: list[tuple[int, int]], dtype: torch.dtype) -> bool:
+    """`onednn_row_invariant` for [N, K] shapes before a model loads, probed on seeded random weights, made only for
+    the shapes not probed yet in this process (a plan on every job would otherwise draw them again)."""
+    g = torch.Generator().manual_seed(0)
+    return all(_row_invariant(n, k, dtype, lambda n=n, k=k: torch.randn((n, k), generator=g).to(dtype))
+               for n, k in shapes)
+
+
+def _row_invariant(n: int, k: int, dtype: torch.dtype, weight: Callable[[], torch.Tensor]) -> bool:
+    """The probe's verdict for an [N, K] weight of dtype, from the cache or probed now on `weight()`."""
+    key = (n, k, dtype)
+    if key not in _ROW_INVARIANT:
+        _ROW_INVARIANT[key] = _probe_row_invariance(weight())
+    return _ROW_INVARIANT[key]
 
 
 # the inputs and row counts a probe tries: a rounding that depends on the row count shows on some inputs only (on the
@@ -279,7 +283,7 @@ def cpu_float32_invariant(known: dict | None) -> bool | None:
         return None
     if not shapes:
         return False
-    return onednn_row_invariant(_random_weights(shapes, torch.float32))
+    return onednn_shapes_row_invariant(shapes, torch.float32)
 
 
 class PackedLinear(nn.Linear):
@@ -316,8 +320,8 @@ def pack_linears(module: nn.Module, half_weights: bool = False, skip: Iterable[n
     bf16 (`onednn_bf16`) a bf16 one whose inner size is a multiple of ONEDNN_INVARIANT_K becomes a PackedLinear, its
     weight packed once; a float32 one becomes a CpuLinear (also on a CPU with oneDNN bf16 that runs float32: one
     whose bf16 product the probe refused), with a float16 copy of its weight to choose from if `half_weights` (and
-    the weight fits float16's range). The parameters stay the same objects. Returns how
-    many changed. Call it after the weights are loaded and before inference."""
+    the weight fits float16's range). The parameters stay the same objects. Returns how many changed. Call it after
+    the weights are loaded and before inference."""
     onednn, count, skipped = onednn_bf16(), 0, {id(m) for m in skip}
     for name, sub in list(module.named_modules()):
         if type(sub) is not nn.Linear or sub.weight.device.type != "cpu" or id(sub) in skipped:
