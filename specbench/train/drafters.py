@@ -76,6 +76,12 @@ class TokenLoss:
             loss = -(soft[scored] * F.log_softmax(logits[scored], dim=-1)).sum(-1).mean()
         return loss, correct
 
+    @classmethod
+    def over(cls, classes: torch.Tensor, vocab: int, own_head: bool = False) -> TokenLoss:
+        """The loss over these target ids [C] (sorted) of a vocabulary of `vocab`: rows `classes` of the target's LM
+        head, or with `own_head` every row of a head that holds exactly these ids (EAGLE-3's draft vocabulary)."""
+        return cls(None if own_head else classes, class_index(classes, vocab), classes)
+
     def target_probs(self, lm_head_weight: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """The target's distribution over the classes, [M, C] float32, from its final-norm features [M, H] and its
         LM head's weight [V, H]: softmax over the classes' logits (renormalised to them, as EAGLE-3's t2d)."""
@@ -104,7 +110,7 @@ def token_loss_for(data: DistillData, train_ids: list[int], vocab: int, size: in
         return TokenLoss(None, None)
     counts = top1_counts(data, train_ids, with_tokens=True)
     ids = torch.tensor(sorted(t for t, _ in counts.most_common(size)), device=device)
-    return TokenLoss(ids, class_index(ids, vocab), ids)
+    return TokenLoss.over(ids, vocab)
 
 
 def class_index(ids: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -258,7 +264,7 @@ class EagleTrainer(Trainer):
                 head.d2t.copy_(self.vocab.d2t())
         print(f"draft vocabulary: {size} target ids cover {self.vocab.covered:.4f} of {self.vocab.labels} top-1 labels "
               f"of the training sequences", flush=True)
-        return TokenLoss(None, class_index(ids, head.cfg.vocab_size), ids)  # target id -> draft id
+        return TokenLoss.over(ids, head.cfg.vocab_size, own_head=True)  # target id -> draft id
 
     def save(self, directory: Path) -> None:
         super().save(directory)
