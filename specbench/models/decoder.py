@@ -29,6 +29,7 @@ fused GEMMs), which is what the CPU tests compare against transformers.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -70,14 +71,22 @@ class ForwardOutput:
 # (experiments/cpu/bench_forward.py measures them side by side).
 LINEAR_WT_ROWS: tuple[int, int] | None | str = "auto"
 AUTO_ROWS = (1, 8)  # the row counts "auto" decides for
-# (N, K, dtype, rows, float16 copy or not) -> (form, rows computed): "linear" (F.linear), "transposed" (`weight @ x.T`)
-# or "half" (F.linear on the float16 copy), on the rows padded with zero rows to `rows computed` (rows itself, or one
-# more for an odd count)
+# (N, K, dtype, rows, float16 copy or not) -> (form, rows computed): "linear" (F.linear), "transposed" (`weight @ x.T`),
+# "half" (F.linear on the float16 copy) or "packed" (oneDNN's float32 product on a copy of the weight in its packed
+# layout, `_onednn_copy`), on the rows padded with zero rows to `rows computed` (rows itself, or one more for an odd
+# count)
 _CPU_FORMS: dict[tuple[int, int, torch.dtype, int, bool], tuple[str, int]] = {}
 # "auto" times each form on copies of the weight this many bytes in all (at most 256 copies), more than a CPU's
 # last-level cache holds, so the weights stream from memory as a forward's do (a warm weight can rank them otherwise:
 # on the AMD EPYC, F.linear on 1 row wins warm and loses by 1.5x streaming)
 TIMING_BYTES = 64 << 20
+# "auto" also times oneDNN's float32 product on a packed copy of the weight ("packed") where torch has it. On the AMD
+# EPYC with AVX-512 of experiments/cpu/README.md (2026-12-03) it was the fastest form from 4 rows on: SmolLM2-135M's
+# GEMMs of 4 rows 22.9 ms a forward against 28.9 for `weight @ x.T`, of 5 rows 21.0 against 38.0 (1 row, padded to
+# 2: 20.6), so a 4-token verify streamed the weights at nearly a 1-token step's cost. A weight gets its copy (as
+# much memory again) only when that form wins for one of its row counts.
+PACKED_FORM = True
+ONEDNN_FP32_PACK_ROWS = 8  # the packing hint (the layout oneDNN chooses for that many rows); any row count runs on it
 
 
 def _transposed(x: torch.Tensor, weight: torch.Tensor, rows: int | None = None) -> torch.Tensor:
@@ -94,8 +103,9 @@ def _transposed(x: torch.Tensor, weight: torch.Tensor, rows: int | None = None) 
 
 def _cpu_form(weight: torch.Tensor, rows: int, half: torch.Tensor | None = None) -> tuple[str, int]:
     """The fastest of F.linear, `weight @ x.T` and (odd rows) `weight @ x.T` on one zero row more, for `rows` rows of
-    this weight's shape, and with `half` (a drafter's float16 copy of the weight, `CpuLinear`) F.linear on that copy
-    ("half"): timed once per (shape, dtype, rows, half or not) in this process (`_time_forms`). The forms round
+    this weight's shape, oneDNN's product on a packed copy (float32, where `_onednn_fp32`), and with `half` (a
+    drafter's float16 copy of the weight, `CpuLinear`) F.linear on that copy ("half"): timed once per (shape, dtype,
+    rows, half or not) in this process (`_time_forms`). The forms round
     differently (their float sums run in other orders); every later call in the process takes the chosen one, so a
     run's baseline and strategy compute alike."""
     key = _form_key(weight, rows, half)
@@ -115,14 +125,18 @@ def _time_forms(weight: torch.Tensor, row_counts: list[int], half: torch.Tensor 
     copies = max(1, min(256, TIMING_BYTES // (weight.numel() * weight.element_size())))
     ws = weight.detach().expand(copies, *weight.shape).contiguous() if copies > 1 else weight.detach()[None]
     hs = None if half is None else ws.to(half.dtype)
+    ps = [_pack_fp32(w) for w in ws] if _onednn_fp32(weight) else None
     for rows in row_counts:
         x = torch.randn((rows, weight.shape[1]), generator=torch.Generator().manual_seed(0)).to(weight.dtype)
         candidates = [("linear", rows), ("transposed", rows)] + ([("transposed", rows + 1)] if rows % 2 else [])
         candidates += [] if half is None else [("half", rows)]
+        candidates += [] if ps is None else [("packed", rows)]
 
         def run(c: tuple[str, int]) -> None:
             if c[0] == "half":
                 [F.linear(x.to(h.dtype), h).to(x.dtype) for h in hs]
+            elif c[0] == "packed":
+                [_onednn_linear(x, p) for p in ps]
             else:
                 [F.linear(x, w) if c[0] == "linear" else _transposed(x, w, c[1]) for w in ws]
 
@@ -151,8 +165,53 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
     form, padded = _cpu_form(weight, rows, half) if auto else ("transposed", rows)
     if form == "linear":
         return F.linear(x, weight, bias)
-    y = F.linear(x.to(half.dtype), half).to(x.dtype) if form == "half" else _transposed(x, weight, padded)
+    if form == "packed":
+        y = _onednn_linear(x, _onednn_copy(weight))
+    elif form == "half":
+        y = F.linear(x.to(half.dtype), half).to(x.dtype)
+    else:
+        y = _transposed(x, weight, padded)
     return y if bias is None else y + bias
+
+
+def _onednn_fp32(weight: torch.Tensor) -> bool:
+    """Whether "auto" may time the "packed" form for this weight: float32, on a CPU where torch has oneDNN's linear
+    over a packed weight (PACKED_FORM)."""
+    return (PACKED_FORM and weight.dtype == torch.float32 and weight.device.type == "cpu"
+            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+
+
+def _pack_fp32(weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ONEDNN_FP32_PACK_ROWS)
+
+
+def _onednn_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    flat = x.reshape(-1, x.shape[-1]).contiguous()
+    return torch.ops.mkldnn._linear_pointwise(flat, packed, None, "none", [], "").view(*x.shape[:-1], -1)
+
+
+# weight's id -> (a weak reference to it, its version when packed, its packed copy): made on the first product that
+# takes the "packed" form, dropped with the weight, made again after an in-place change to it
+_ONEDNN_COPIES: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
+
+
+def _onednn_copy(weight: torch.Tensor) -> torch.Tensor:
+    key, version = id(weight), _version(weight)
+    hit = _ONEDNN_COPIES.get(key)
+    if hit is None or hit[0]() is not weight or hit[1] != version:
+        def drop(ref: weakref.ref) -> None:  # only this weight's entry: a later tensor may reuse the id
+            if _ONEDNN_COPIES.get(key, (None,))[0] is ref:
+                del _ONEDNN_COPIES[key]
+
+        hit = _ONEDNN_COPIES[key] = (weakref.ref(weight, drop), version, _pack_fp32(weight))
+    return hit[2]
+
+
+def _version(t: torch.Tensor) -> int:
+    """t's in-place version counter; -1 for an inference tensor (made under inference_mode: it has none, and cannot
+    be changed in place outside it)."""
+    return -1 if t.is_inference() else t._version
 
 
 def onednn_bf16() -> bool:
@@ -349,10 +408,12 @@ def time_cpu_forms(*objects: Any) -> int:
     attributes of those that are not (a proposer's head or draft runner), and in modules held in tuples (outside
     parameters(): EagleHead.fused). For a warm-up: otherwise a timed run pays
     the first timing of each row count it meets late (the default job met 3-row catch-ups of the EAGLE head only
-    in its timed decode: 0.6 s there, experiments/cpu/README.md). Returns how many (shape, row count) it timed."""
+    in its timed decode: 0.6 s there, experiments/cpu/README.md), and makes the packed copies the "packed" form reads.
+    Returns how many (shape, row count) it timed."""
     if LINEAR_WT_ROWS != "auto":
         return 0
     products: dict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = {}  # one weight of each shape (rows 0: any)
+    every: list[tuple[torch.Tensor, torch.Tensor | None]] = []
     for obj in objects:
         for sub in _held_modules(obj):
             pairs: list[tuple[torch.Tensor, torch.Tensor | None]] = []
@@ -363,6 +424,7 @@ def time_cpu_forms(*objects: Any) -> int:
                 pairs = [(sub.weight, sub.half)]
             for weight, half in pairs:
                 products.setdefault(_form_key(weight, 0, half), (weight, half))
+            every += pairs
     timed = 0
     with torch.inference_mode():
         for weight, half in products.values():
@@ -371,6 +433,10 @@ def time_cpu_forms(*objects: Any) -> int:
             if todo:
                 _time_forms(weight, todo, half)
             timed += len(todo)
+        for weight, half in every:  # the copies the chosen forms read, made now rather than in the timed run
+            if any(_CPU_FORMS[_form_key(weight, rows, half)][0] == "packed"
+                   for rows in range(AUTO_ROWS[0], AUTO_ROWS[1] + 1)):
+                _onednn_copy(weight)
     return timed
 
 

@@ -132,6 +132,7 @@ def test_auto_linear_takes_the_form_a_first_timing_finds_faster(monkeypatch, slo
     monkeypatch.setattr(dec, "LINEAR_WT_ROWS", "auto")
     monkeypatch.setattr(dec, "_CPU_FORMS", {})
     monkeypatch.setattr(dec, "TIMING_BYTES", 0)  # one copy of the weight per timed pass
+    monkeypatch.setattr(dec, "PACKED_FORM", False)  # the packed copy's form: its own test below
     calls = []
     real_transposed = dec._transposed
 
@@ -189,6 +190,7 @@ def test_auto_linear_with_a_half_copy_may_take_it(monkeypatch):
     monkeypatch.setattr(dec, "LINEAR_WT_ROWS", "auto")
     monkeypatch.setattr(dec, "_CPU_FORMS", {})
     monkeypatch.setattr(dec, "TIMING_BYTES", 0)
+    monkeypatch.setattr(dec, "PACKED_FORM", False)
     monkeypatch.setattr(dec, "F", _SlowFloat32Functional())
     real_transposed = dec._transposed
     monkeypatch.setattr(dec, "_transposed", lambda *a: time.sleep(0.003) or real_transposed(*a))
@@ -205,6 +207,75 @@ def test_auto_linear_with_a_half_copy_may_take_it(monkeypatch):
         plain = dec._linear(x, w, b)  # no copy: timed on its own, never "half"
         assert dec._CPU_FORMS[(11, 9, torch.float32, 6, False)][0] != "half"
         torch.testing.assert_close(plain, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not __import__("specbench.models.decoder").models.decoder._onednn_fp32(torch.zeros(1, 1)),
+                    reason="torch without oneDNN's linear over a packed weight")
+def test_auto_linear_may_take_a_packed_onednn_copy(monkeypatch):
+    """Where the other forms are slower, "auto" takes oneDNN's float32 product on a packed copy of the weight: the
+    copy is made once, read again by later calls, made again after an in-place change to the weight, and dropped
+    with the weight; the result is F.linear's up to float32 rounding, bias added."""
+    import gc
+
+    import specbench.models.decoder as dec
+
+    monkeypatch.setattr(dec, "LINEAR_WT_ROWS", "auto")
+    monkeypatch.setattr(dec, "_CPU_FORMS", {})
+    monkeypatch.setattr(dec, "_ONEDNN_COPIES", {})
+    monkeypatch.setattr(dec, "TIMING_BYTES", 0)
+    monkeypatch.setattr(dec, "F", _SlowFunctional())
+    real_transposed = dec._transposed
+    monkeypatch.setattr(dec, "_transposed", lambda *a: time.sleep(0.003) or real_transposed(*a))
+    packs = []
+    real_pack = dec._pack_fp32
+    monkeypatch.setattr(dec, "_pack_fp32", lambda w: packs.append(w.shape) or real_pack(w))
+    g = torch.Generator().manual_seed(3)
+    w, b = torch.randn(11, 9, generator=g), torch.randn(11, generator=g)
+    x = torch.randn(2, 3, 9, generator=g)
+    with torch.inference_mode():
+        got = dec._linear(x, w, b)
+    assert dec._CPU_FORMS == {(11, 9, torch.float32, 6, False): ("packed", 6)}
+    assert got.shape == (2, 3, 11) and got.is_contiguous()
+    torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+    timed = len(packs)  # the timing packed its own copies of the weight
+    with torch.inference_mode():
+        again = dec._linear(x, w, b)
+    assert torch.equal(again, got) and len(packs) == timed and len(dec._ONEDNN_COPIES) == 1
+    with torch.no_grad():
+        w.mul_(2)  # an in-place change (a training step): the copy is stale
+    with torch.inference_mode():
+        doubled = dec._linear(x, w, b)
+    assert len(packs) == timed + 1
+    torch.testing.assert_close(doubled, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+    del w
+    gc.collect()
+    assert dec._ONEDNN_COPIES == {}  # gone with its weight
+
+
+def test_time_cpu_forms_packs_every_weight_whose_form_is_packed(monkeypatch):
+    """When the warm-up's timing picks the packed form for a shape, it packs every weight of that shape (all the
+    layers, not only the one it timed), so no product of the run packs one."""
+    import specbench.models.decoder as dec
+
+    monkeypatch.setattr(dec, "LINEAR_WT_ROWS", "auto")
+    monkeypatch.setattr(dec, "_CPU_FORMS", {})
+    monkeypatch.setattr(dec, "_ONEDNN_COPIES", {})
+    monkeypatch.setattr(dec, "onednn_bf16", lambda: False)
+
+    def fake_timing(weight, row_counts, half):  # a test double: "packed" wins at 4 rows, for the MLP's down shape only
+        for rows in row_counts:
+            packed = rows == 4 and weight.shape[1] == cfg.intermediate_size
+            dec._CPU_FORMS[dec._form_key(weight, rows, half)] = ("packed", rows) if packed else ("linear", rows)
+
+    model = tiny()
+    cfg = model.model.config
+    runner = DecoderRunner(model.model)
+    monkeypatch.setattr(dec, "_time_forms", fake_timing)
+    monkeypatch.setattr(dec, "_pack_fp32", lambda w: w.detach().clone())  # the layout does not matter here
+    dec.time_cpu_forms(runner)
+    downs = [w["down_w"] for w in runner._w]
+    assert len(downs) == cfg.num_hidden_layers > 1
+    assert {k for k in dec._ONEDNN_COPIES} == {id(d) for d in downs}
 
 
 def test_pack_linears_half_weights_keep_a_float16_copy(monkeypatch):
