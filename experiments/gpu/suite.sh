@@ -5,6 +5,7 @@
 # On the nvidia-h200 device machine (carry .whl):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 #   bash experiments/gpu/suite.sh "$OUT"
+# SUITE_PARTS="kernels front1 batch64 rest" runs only those processes (a partial suite: its log says so).
 # Writes one log per process and suite.txt (all of them, with each process's command, exit status and seconds).
 # The exit status is 0 only if every process exited 0 (pytest's 5, "nothing collected", counts as a failure).
 set -u
@@ -21,16 +22,24 @@ declare -A cmd=(
   [rest]="-m gpu tests --ignore=tests/kernels -k 'not ($big) and not ($split)'"
   [big]="-m gpu tests -k '$big'"
 )
-names="kernels front1 every batch64 rest big"
+names=${SUITE_PARTS:-kernels front1 every batch64 rest big}  # SUITE_PARTS: a subset, when device time is short
 one() {
   local start=$SECONDS
   eval timeout "$limit" python3 -m pytest -q -rs -p no:cacheprovider ${cmd[$1]} > "$out/$1.log" 2>&1
   echo "rc $? $((SECONDS - start))s" >> "$out/$1.log"
 }
-one kernels & { one front1; one big; } & one every & one batch64 & one rest &
+has() { [[ " $names " == *" $1 "* ]]; }
+for n in $names; do
+  case $n in
+    big) has front1 || one big & ;;
+    front1) { one front1; ! has big || one big; } & ;;
+    *) one "$n" & ;;
+  esac
+done
 wait
 {
   echo "# GPU suite at ${SUITE_COMMIT:-$(git rev-parse --short HEAD)}, $(date -u), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+  [ -z "${SUITE_PARTS:-}" ] || echo "# PARTIAL: only the processes $names"
   python3 -c "import torch, triton, transformers; print('# torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
   for n in $names; do echo "# process $n:"; echo "#   pytest ${cmd[$n]}"; cat "$out/$n.log"; done
 } > "$out/suite.txt"
