@@ -125,7 +125,7 @@ def _time_forms(weight: torch.Tensor, row_counts: list[int], half: torch.Tensor 
     copies = max(1, min(256, TIMING_BYTES // (weight.numel() * weight.element_size())))
     ws = weight.detach().expand(copies, *weight.shape).contiguous() if copies > 1 else weight.detach()[None]
     hs = None if half is None else ws.to(half.dtype)
-    ps = [_pack_fp32(w) for w in ws] if _onednn_fp32(weight) else None
+    ps = [_pack_onednn(w, ONEDNN_FP32_PACK_ROWS) for w in ws] if _onednn_fp32(weight) else None
     for rows in row_counts:
         x = torch.randn((rows, weight.shape[1]), generator=torch.Generator().manual_seed(0)).to(weight.dtype)
         candidates = [("linear", rows), ("transposed", rows)] + ([("transposed", rows + 1)] if rows % 2 else [])
@@ -136,7 +136,7 @@ def _time_forms(weight: torch.Tensor, row_counts: list[int], half: torch.Tensor 
             if c[0] == "half":
                 [F.linear(x.to(h.dtype), h).to(x.dtype) for h in hs]
             elif c[0] == "packed":
-                [_onednn_linear(x, p) for p in ps]
+                [_packed_linear(x, p) for p in ps]
             else:
                 [F.linear(x, w) if c[0] == "linear" else _transposed(x, w, c[1]) for w in ws]
 
@@ -166,7 +166,7 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
     if form == "linear":
         return F.linear(x, weight, bias)
     if form == "packed":
-        y = _onednn_linear(x, _onednn_copy(weight))
+        y = _packed_linear(x, _onednn_copy(weight))
     elif form == "half":
         y = F.linear(x.to(half.dtype), half).to(x.dtype)
     else:
@@ -177,18 +177,7 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
 def _onednn_fp32(weight: torch.Tensor) -> bool:
     """Whether "auto" may time the "packed" form for this weight: float32, on a CPU where torch has oneDNN's linear
     over a packed weight (PACKED_FORM)."""
-    return (PACKED_FORM and weight.dtype == torch.float32 and weight.device.type == "cpu"
-            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
-
-
-def _pack_fp32(weight: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ONEDNN_FP32_PACK_ROWS)
-
-
-def _onednn_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    flat = x.reshape(-1, x.shape[-1]).contiguous()
-    return torch.ops.mkldnn._linear_pointwise(flat, packed, None, "none", [], "").view(*x.shape[:-1], -1)
+    return PACKED_FORM and weight.dtype == torch.float32 and weight.device.type == "cpu" and _onednn_packed_ops()
 
 
 # weight's id -> (a weak reference to it, its version when packed, its packed copy): made on the first product that
@@ -204,7 +193,7 @@ def _onednn_copy(weight: torch.Tensor) -> torch.Tensor:
             if _ONEDNN_COPIES.get(key, (None,))[0] is ref:
                 del _ONEDNN_COPIES[key]
 
-        hit = _ONEDNN_COPIES[key] = (weakref.ref(weight, drop), version, _pack_fp32(weight))
+        hit = _ONEDNN_COPIES[key] = (weakref.ref(weight, drop), version, _pack_onednn(weight, ONEDNN_FP32_PACK_ROWS))
     return hit[2]
 
 
@@ -219,10 +208,15 @@ def onednn_bf16() -> bool:
     linear over a packed weight. There a bf16 row's product does not depend on how many rows share the call
     (tests/models/test_decoder_cpu_bf16.py checks it), which the CPU's batch-invariant path relies on."""
     try:
-        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-                    and hasattr(torch.ops.mkldnn, "_linear_pointwise") and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+        return _onednn_packed_ops() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+def _onednn_packed_ops() -> bool:
+    """Whether torch has oneDNN, and its linear over a weight in oneDNN's packed layout (`_pack_onednn`)."""
+    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
 # oneDNN's bf16 product is row-invariant (a row's result does not depend on how many rows share the call) on the Intel
@@ -265,9 +259,10 @@ def _known_gemm_shapes(known: dict | None) -> list[tuple[int, int]] | None:
 ONEDNN_PACK_ROWS = 16
 
 
-def _pack_onednn(weight: torch.Tensor) -> torch.Tensor:
-    """An [N, K] bf16 (or float32) weight in oneDNN's packed layout (packed once; the product is F.linear's)."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ONEDNN_PACK_ROWS)
+def _pack_onednn(weight: torch.Tensor, rows: int | None = None) -> torch.Tensor:
+    """An [N, K] bf16 (or float32) weight in oneDNN's packed layout for `rows` rows (default ONEDNN_PACK_ROWS, read
+    now; packed once, the product is F.linear's: `_packed_linear`)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ONEDNN_PACK_ROWS if rows is None else rows)
 
 
 # ... but only up to a number of rows per call: with weights packed for 16 rows, SmolLM2-135M's products (inner size

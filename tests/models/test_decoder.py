@@ -227,8 +227,8 @@ def test_auto_linear_may_take_a_packed_onednn_copy(monkeypatch):
     real_transposed = dec._transposed
     monkeypatch.setattr(dec, "_transposed", lambda *a: time.sleep(0.003) or real_transposed(*a))
     packs = []
-    real_pack = dec._pack_fp32
-    monkeypatch.setattr(dec, "_pack_fp32", lambda w: packs.append(w.shape) or real_pack(w))
+    real_pack = dec._pack_onednn
+    monkeypatch.setattr(dec, "_pack_onednn", lambda w, rows: packs.append(w.shape) or real_pack(w, rows))
     g = torch.Generator().manual_seed(3)
     w, b = torch.randn(11, 9, generator=g), torch.randn(11, generator=g)
     x = torch.randn(2, 3, 9, generator=g)
@@ -271,7 +271,7 @@ def test_time_cpu_forms_packs_every_weight_whose_form_is_packed(monkeypatch):
     cfg = model.model.config
     runner = DecoderRunner(model.model)
     monkeypatch.setattr(dec, "_time_forms", fake_timing)
-    monkeypatch.setattr(dec, "_pack_fp32", lambda w: w.detach().clone())  # the layout does not matter here
+    monkeypatch.setattr(dec, "_pack_onednn", lambda w, rows: w.detach().clone())  # the layout does not matter here
     dec.time_cpu_forms(runner)
     downs = [w["down_w"] for w in runner._w]
     assert len(downs) == cfg.num_hidden_layers > 1
