@@ -82,8 +82,9 @@ _CPU_FORMS: dict[tuple[int, int, torch.dtype, int, bool], tuple[str, int]] = {}
 TIMING_BYTES = 64 << 20
 # "auto" also times oneDNN's float32 product on a packed copy of the weight ("packed") where torch has it. On the AMD
 # EPYC with AVX-512 of experiments/cpu/README.md (2026-12-03) it was the fastest form from 4 rows on: SmolLM2-135M's
-# GEMMs of 4 rows 22.9 ms a forward against 28.9 for `weight @ x.T`, of 5 rows 21.0 against 38.0 (1 row, padded to
-# 2: 20.6), so a 4-token verify streamed the weights at nearly a 1-token step's cost. A weight gets its copy (as
+# GEMMs of 4 rows 22.7 ms a forward against 27.1 for `weight @ x.T`, of 5 rows 23.1 against 44.6 (1 row, padded to
+# 2: 18.8; experiments/cpu/bench_packed_fp32.py), so a 4-token verify streamed the weights at nearly a 1-token
+# step's cost. A weight gets its copy (as
 # much memory again) only when that form wins for one of its row counts.
 PACKED_FORM = True
 ONEDNN_FP32_PACK_ROWS = 8  # the packing hint (the layout oneDNN chooses for that many rows); any row count runs on it
