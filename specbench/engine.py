@@ -354,6 +354,8 @@ class Engine:
                           tree_mask=mask, want_hidden=self.want_hidden, hidden_layers=self.hidden_layers)
         verdict = self.verifier.tree(draft.tokens, draft.parents, draft.probs, out.logits, (depth, mask))
         path = verdict.path[:, :k]  # [B, K] node indices in depth order (-1 past the accepted length)
+        if path.shape[1] < k:  # fewer nodes than depths (num_nodes < k): no path is longer than the tree
+            path = torch.nn.functional.pad(path, (0, k - path.shape[1]), value=-1)
         walked = torch.arange(k, device=dev)[None] < verdict.accepted[:, None]
         dst = state.lengths[:, None] + torch.arange(k, device=dev)  # the path's positions L, L+1, ...
         src = torch.where(walked, state.lengths[:, None] + path.clamp(min=0), dst)  # node j was written at slot L+j

@@ -28,10 +28,11 @@ def pair():
     return target, perturbed(target, 0.5)
 
 
-def _run(target, draft, sp: SamplingParams, bsz: int, max_new: int = 12, backend: str = "auto", **settings):
+def _run(target, draft, sp: SamplingParams, bsz: int, max_new: int = 12, backend: str = "auto", k: int = 3,
+         **settings):
     ctx = BuildContext(target=target, target_runner=make_runner(target.model, backend), draft=draft, sampling=sp,
                        device=CPU, backend=backend)
-    proposer = DraftModelProposer(ctx, k=3, **settings)
+    proposer = DraftModelProposer(ctx, k=k, **settings)
     engine = Engine(ctx.target_runner, proposer, Verifier(sp, CPU), max_new_tokens=max_new, eos_ids=set(), device=CPU)
     prompts = ragged_prompts(V)[:4]
     rows = []
@@ -165,6 +166,19 @@ def test_a_one_wide_dynamic_tree_is_the_chain(pair):
     a self-draft accepts all of it."""
     target, _ = pair
     _, rows = _run(target, target, SamplingParams(), 4, max_new=13, tree="dynamic", top_k=1, num_nodes=3)
+    assert all(r.accepted_tokens == 3 * r.drafts for r in rows)
+
+
+@pytest.mark.parametrize("bsz", [1, 4])
+def test_a_dynamic_tree_of_fewer_nodes_than_its_depth_is_lossless(pair, bsz):
+    """num_nodes < k: the accepted path is at most num_nodes long, shorter than the k columns the engine's commit
+    works in (k=5, 3 nodes: a width mismatch crashed the verify until 2026-12-03). T = 0 output equals greedy
+    decoding; a one-wide self-draft of 3 nodes accepts exactly 3 a step."""
+    target, draft = pair
+    prompts, rows = _run(target, draft, SamplingParams(), bsz, k=5, tree="dynamic", top_k=2, num_nodes=3)
+    assert [r.output_ids for r in rows] == hf_greedy(target.model, prompts, 12)
+    assert sum(r.accepted_tokens for r in rows) > 0
+    _, rows = _run(target, target, SamplingParams(), bsz, max_new=13, k=5, tree="dynamic", top_k=1, num_nodes=3)
     assert all(r.accepted_tokens == 3 * r.drafts for r in rows)
 
 
