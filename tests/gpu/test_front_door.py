@@ -154,15 +154,21 @@ def test_seed_pr_scheme_is_exact_with_one_more_draft_forward_8b(tmp_path: Path):
 
 def test_every_strategy_in_one_process_8b(tmp_path: Path):
     """Issue 9's sweep: every registered strategy x k=1,3 x T=0,1 in one `-m` process (eagle and medusa with
-    `checkpoint: auto`, i.e. untrained heads built for the random-weight 8B), batch 1, builtin prompts."""
+    `checkpoint: auto`, i.e. untrained heads built for the random-weight 8B), batch 1, builtin prompts. A yaml that
+    drafts a tree (eagle_tree, a preset of eagle) runs at its own settings, T=0,1, in a second process (its tree
+    has more nodes than k=1 can make)."""
     names = available_strategies()
-    results = _sweep(tmp_path, *COMMON, *PAIR_8B, f"strategy={','.join(names)}", "strategy.k=1,3",
+    trees = [n for n in names if _cfg(f"strategy={n}").strategy.get("tree", "chain") != "chain"]
+    chains = [n for n in names if n not in trees]
+    results = _sweep(tmp_path, *COMMON, *PAIR_8B, f"strategy={','.join(chains)}", "strategy.k=1,3",
                      "sampling.temperature=0,1")
-    assert len(results) == 4 * len(names)
+    if trees:
+        results += _sweep(tmp_path / "trees", *COMMON, *PAIR_8B, f"strategy={','.join(trees)}", "sampling.temperature=0,1")
+    assert len(results) == 4 * len(chains) + 2 * len(trees)
     assert {r["run"]["strategy"] for r in results} == set(names)
     for r in results:
         _assert_exact(r)
-        if r["run"]["strategy"] in ("eagle", "medusa"):
+        if r["run"]["strategy"] in ("eagle", "medusa", *trees):
             assert r["run"]["checkpoint"]["random_init"] is True
 
 
@@ -205,10 +211,12 @@ def test_dynamic_trees_are_exact_8b(tmp_path: Path):
     """EAGLE-2 style dynamic trees on the GPU, self-drafted: the draft's frontier forwards (scratch slots, ancestor
     paths) run on the batch-invariant tree kernels. One wide (top_k=1, 3 nodes) the expansion is the greedy chain
     and must be accepted whole (AL exactly 4.00); top_k=2 with 3 nodes must still accept the first depth every
-    step (AL >= 2); T=0 output equals target-only decoding in both."""
-    results = _sweep(tmp_path, *COMMON, "target=qwen3-8b-random", "strategy=draft_model", "draft=self", "strategy.k=3",
+    step (AL >= 2); T=0 output equals target-only decoding in both. At k=5 the 3 nodes are fewer than the depths
+    (the accepted path is at most 3 long: the same ALs)."""
+    results = _sweep(tmp_path, *COMMON, "target=qwen3-8b-random", "strategy=draft_model", "draft=self", "strategy.k=3,5",
                      "strategy.tree=dynamic", "strategy.top_k=1,2", "strategy.num_nodes=3", "dataset.num_prompts=4")
-    assert sorted(r["config"]["strategy"]["top_k"] for r in results) == [1, 2]
+    assert sorted((r["config"]["strategy"]["k"], r["config"]["strategy"]["top_k"]) for r in results) == [
+        (3, 1), (3, 2), (5, 1), (5, 2)]
     for r in results:
         _assert_exact(r)
         al = r["strategy"]["acceptance_length"]

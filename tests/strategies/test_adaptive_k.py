@@ -28,7 +28,8 @@ from specbench.strategies.base import BuildContext, DecodeState
 from specbench.strategies.draft_model import DraftModelProposer
 from specbench.verify import SamplingParams, Verifier
 from test_conformance import (CPU, MAX_NEW, PROMPT, SAMPLING, TARGETS, _compose, _plain_greedy, _pvalues, _run,
-                              _settings, _strategy_class, sharp_target)  # noqa: F401 (sharp_target: a fixture)
+                              _settings, _strategy_class, sharp_target)
+from test_conformance import _accepts as _validates  # noqa: F401 (sharp_target: a fixture)
 
 K = 3  # the k every run here drafts at most (strategy.k, given explicitly: a yaml's own default may differ)
 # the tiny random targets are near-uniform (a draft's top probability ~0.013-0.016): this threshold cuts some steps
@@ -45,19 +46,15 @@ SCHEDULES = {
 
 
 def _accepts(strategy: str, extra: dict) -> bool:
-    by_batch = {1: 1, 3: 2} if "k_by_batch_size" in extra else None
-    try:
-        cls = _strategy_class(strategy)
-        cls.raise_if_bad_schedule(strategy, extra.get("k_schedule", "fixed"), extra.get("confidence_threshold", 0.4),
-                                  by_batch, K, extra.get("tree", "chain"))
-        cls.raise_if_bad_tree(strategy, extra.get("tree", "chain"), extra.get("top_k", 1), extra.get("num_nodes", 0), K)
-    except ConfigError:
-        return False
-    return True
+    by_batch = {"k_by_batch_size": {1: 1, 3: 2}} if "k_by_batch_size" in extra else {}
+    return _validates(strategy, {"k": K, **extra, **by_batch})
 
 
+# every strategy yaml that drafts a chain (a preset drafting a tree, eagle_tree, brings its own schedule: the conformance
+# suite runs it as its yaml has it), with each schedule it accepts
 VARIANTS = [pytest.param(s, extra, id=f"{s}[{name}]") for name, extra in SCHEDULES.items()
-            for s in available_strategies() if s != "none" and _accepts(s, extra)]
+            for s in available_strategies()
+            if s != "none" and _compose(f"strategy={s}").strategy.get("tree", "chain") == "chain" and _accepts(s, extra)]
 
 
 # --- a) T = 0 ----------------------------------------------------------------------------------------
@@ -183,6 +180,10 @@ def test_bad_schedule_settings_are_config_errors(strategy, settings, fragment):
 def test_the_registry_yamls_hold_the_schedule_settings_and_pass_validation():
     for strategy in available_strategies():  # every yaml, the ones added later included
         cfg = OmegaConf.to_container(_compose(f"strategy={strategy}").strategy, resolve=True)
+        _strategy_class(strategy).validate(cfg)
+        if cfg.get("tree", "chain") != "chain":  # a preset drafting a tree (eagle_tree): a confidence stop at most
+            assert (cfg["k_by_batch_size"], cfg["tree"]) == (None, "dynamic") and cfg["k_schedule"] in ("fixed", "confidence")
+            continue
         assert (cfg["k_schedule"], cfg["k_by_batch_size"], cfg["confidence_threshold"]) == ("fixed", None, 0.4)
         _strategy_class(strategy).validate(cfg | {"k_schedule": "heuristic", "k_by_batch_size": {1: K, 16: 1}})
 

@@ -60,9 +60,12 @@ def _strategy_class(name: str) -> type[Proposer]:
     return get_class(_compose(f"strategy={name}").strategy._target_)
 
 
-def _accepts(name: str, tree: dict) -> bool:
+def _accepts(name: str, settings: dict) -> bool:
+    """Whether strategy `name`'s yaml with `settings` on top passes its class's validation (a yaml that is a preset of
+    another, e.g. eagle_tree's confidence stop, refuses some variants that its class takes in other settings)."""
+    cfg = OmegaConf.to_container(_compose(f"strategy={name}").strategy, resolve=True) | settings
     try:
-        _strategy_class(name).raise_if_bad_tree(name, tree["tree"], tree.get("top_k", 1), tree.get("num_nodes", 0), 3)
+        _strategy_class(name).validate(cfg)
     except ConfigError:
         return False
     return True
@@ -255,7 +258,8 @@ def _sample(strategy: str, target: LoadedModel, extra: dict, rule=None, tree_rul
 def _samples(strategy: str, extra: dict) -> bool:
     """Whether the variant drafts by sampling from its q at T > 0: a `samples` strategy, except in a static or
     dynamic tree, whose nodes are one-hot picks (the tree rule's power against one-hot siblings: tests/test_verify_tree.py)."""
-    return _strategy_class(strategy).samples and extra.get("tree") not in ("dynamic", "static")
+    tree = extra.get("tree", _compose(f"strategy={strategy}").strategy.get("tree"))  # a preset may draft a tree
+    return _strategy_class(strategy).samples and tree not in ("dynamic", "static")
 
 
 def _pvalues(out: np.ndarray, marginals: list[np.ndarray]) -> list[float]:
