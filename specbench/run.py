@@ -32,7 +32,8 @@ from specbench.models.loading import (DTYPES, LoadedModel, ModelSpec, load_model
                                       resolve_spec, suggested_draft)
 from specbench.models.multimodal import image_processor_for, make_vlm_aware_runner
 from specbench.models.cuda_graphs import cuda_graphs_default, graph_captures, maybe_graphed
-from specbench.models.decoder import cpu_bf16_invariant, cpu_float32_invariant, onednn_bf16, time_cpu_forms
+from specbench.models.decoder import (cpu_bf16_invariant, cpu_float32_invariant, cpu_form_choices, onednn_bf16,
+                                      time_cpu_forms)
 from specbench.models.runner import BACKENDS
 from specbench.models.tensor_parallel import env_rank, init_group, raise_if_unshardable
 from specbench.strategies.base import BuildContext, Proposer
@@ -371,7 +372,8 @@ def _environment(device: torch.device) -> dict[str, Any]:
         env["gpu"] = torch.cuda.get_device_name(device)
     else:  # on the CPU the dtype engine.dtype=auto picks, and the speed, depend on the vector and matrix units
         env.update(torch_threads=torch.get_num_threads(), cpu=_cpu_model(),
-                   cpu_capability=torch.backends.cpu.get_cpu_capability(), onednn_bf16=onednn_bf16())
+                   cpu_capability=torch.backends.cpu.get_cpu_capability(), onednn_bf16=onednn_bf16(),
+                   cpu_forms=cpu_form_choices())  # the small-batch product each weight shape took (timed per process)
     return env
 
 

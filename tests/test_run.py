@@ -58,6 +58,7 @@ def test_run_writes_results_and_outputs(tmp_path: Path):
     assert results["environment"]["torch"] and "git_sha" in results["environment"]
     env = results["environment"]  # a CPU run names the CPU and its units (they decide engine.dtype=auto and the speed)
     assert env["cpu"] and env["cpu_capability"] and isinstance(env["onednn_bf16"], bool)
+    assert isinstance(env["cpu_forms"], dict)  # the product form each weight shape took ("auto"; empty otherwise)
     assert set(results["by_category"])  # builtin prompts carry categories
     lines = [json.loads(x) for x in (tmp_path / "outputs.jsonl").read_text().splitlines()]
     assert len(lines) == 5 and lines[0]["prompt_id"].startswith("builtin/")

@@ -115,6 +115,17 @@ def _cpu_form(weight: torch.Tensor, rows: int, half: torch.Tensor | None = None)
     return _CPU_FORMS[key]
 
 
+def cpu_form_choices() -> dict[str, dict[str, str]]:
+    """The CPU product forms "auto" chose in this process (results.json's environment): per weight shape ("N x K",
+    "drafter" for a drafter's weight with a float16 copy), row count -> form, "+pad" where odd rows ran padded by one.
+    The choice is timed per process, and two close forms can swap from one process to the next; this says which ran."""
+    out: dict[str, dict[str, str]] = {}
+    for (n, k, dtype, rows, half), (form, computed) in sorted(_CPU_FORMS.items(), key=lambda kv: kv[0][:2] + kv[0][3:]):
+        shape = f"{n}x{k} {str(dtype).removeprefix('torch.')}" + (" drafter" if half else "")
+        out.setdefault(shape, {})[str(rows)] = form + ("+pad" if computed != rows else "")
+    return out
+
+
 def _form_key(weight: torch.Tensor, rows: int, half: torch.Tensor | None) -> tuple[int, int, torch.dtype, int, bool]:
     return weight.shape[0], weight.shape[1], weight.dtype, rows, half is not None
 

@@ -334,3 +334,17 @@ def test_time_cpu_forms_covers_every_row_count_before_the_run(monkeypatch):
         head(torch.randn(2, 9))
     monkeypatch.setattr(dec, "LINEAR_WT_ROWS", None)
     assert dec.time_cpu_forms(runner, proposer) == 0
+
+
+def test_cpu_form_choices_name_each_shape_and_row_count(monkeypatch):
+    """results.json's record of the forms "auto" chose: per shape (drafter copies apart), row count -> form, "+pad"
+    where odd rows ran on one zero row more."""
+    import specbench.models.decoder as dec
+
+    monkeypatch.setattr(dec, "_CPU_FORMS", {(11, 9, torch.float32, 3, False): ("transposed", 4),
+                                            (11, 9, torch.float32, 1, False): ("packed", 1),
+                                            (11, 9, torch.float32, 1, True): ("half", 1),
+                                            (5, 7, torch.float32, 2, False): ("linear", 2)})
+    assert dec.cpu_form_choices() == {"5x7 float32": {"2": "linear"},
+                                      "11x9 float32": {"1": "packed", "3": "transposed+pad"},
+                                      "11x9 float32 drafter": {"1": "half"}}
