@@ -157,7 +157,7 @@ def micro(models, bw, flops, shapes, ctx=256, cache_len=1024, budget_frac=0.45):
         cfg = m.config
         versions = {"v0": lambda: V0Runner(m), "torch": lambda: DecoderRunner(m, use_kernels=False),
                     "kernels_cublas": lambda: DecoderRunner(m, use_kernels=True),
-                    "kernels_noglu": lambda: DecoderRunner(m, use_kernels=True),
+                    "kernels_silu": lambda: DecoderRunner(m, use_kernels=True),
                     "kernels": lambda: DecoderRunner(m, use_kernels=True)}
         for bsz, t in shapes[name]:
             if elapsed() > BUDGET * budget_frac:
@@ -169,10 +169,10 @@ def micro(models, bw, flops, shapes, ctx=256, cache_len=1024, budget_frac=0.45):
                 from specbench.kernels import skinny_gemm
 
                 skinny_gemm.ENABLED = vname != "kernels_cublas"
-                skinny_gemm.GLU_EPILOGUE = vname != "kernels_noglu"
-                if vname in ("v0", "kernels_noglu") and name in BIG:
+                skinny_gemm.FUSE_SILU = vname == "kernels_silu"
+                if vname in ("v0", "kernels_silu") and name in BIG:
                     continue
-                if vname == "kernels_noglu" and (bsz, t) not in ((1, 1), (1, 4), (64, 4)):
+                if vname == "kernels_silu" and (bsz, t) not in ((1, 1), (1, 4), (64, 4)):
                     continue
                 try:
                     r = make()
@@ -529,13 +529,13 @@ def report():
         L += ["## Forward pass (ms; CUDA-graph replay unless eager; 256 cached tokens per row)", "",
               "v0 = the decoder before this work; torch = fused q/k/v and gate/up GEMMs, torch ops; kernels_cublas = "
               "+ Triton norm/rope/cache/attention/SiLU kernels; kernels = + skinny Triton GEMMs (M <= 16).", "",
-              "kernels_noglu = kernels with SiLU*up as its own kernel after the gate/up GEMM (the default fuses it into that GEMM's epilogue).", "",
-              "| model BxT | bound (roofline) | weights+KV / BW | v0 graph | torch graph | kernels_cublas graph | kernels_noglu graph | kernels graph | kernels eager | v0 eager | kernels / bound | v0 / kernels |",
+              "kernels_silu = kernels with SiLU*up fused into the down GEMM's prologue (off by default: slower).", "",
+              "| model BxT | bound (roofline) | weights+KV / BW | v0 graph | torch graph | kernels_cublas graph | kernels_silu graph | kernels graph | kernels eager | v0 eager | kernels / bound | v0 / kernels |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for key, r in mic.items():
             kg, v0 = r.get("kernels_graph_ms"), r.get("v0_graph_ms")
             L.append(f"| {key} | {f(r['bound_ms'])} | {f(r['weights_kv_ms'])} | {f(v0)} | {f(r.get('torch_graph_ms'))} | "
-                     f"{f(r.get('kernels_cublas_graph_ms'))} | {f(r.get('kernels_noglu_graph_ms'))} | {f(kg)} | "
+                     f"{f(r.get('kernels_cublas_graph_ms'))} | {f(r.get('kernels_silu_graph_ms'))} | {f(kg)} | "
                      f"{f(r.get('kernels_eager_ms'))} | {f(r.get('v0_eager_ms'))} | {f(kg / r['bound_ms'] if kg else None)} | "
                      f"{f(v0 / kg if kg and v0 else None)} |")
         L.append("")

@@ -43,7 +43,7 @@ if triton is not None:
     @triton.jit
     def _skinny_kernel(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, k_per_split,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       PARTIAL: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, GLU: tl.constexpr,
+                       PARTIAL: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, SILU: tl.constexpr,
                        PDL: tl.constexpr):
         pid_m = tl.program_id(0)  # fastest: the M tiles of one W tile run side by side
         pid_n = tl.program_id(1)
@@ -60,39 +60,31 @@ if triton is not None:
             tl.extra.cuda.gdc_launch_dependents()
             tl.extra.cuda.gdc_wait()  # every read of x and every write comes after this
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        if GLU:  # w is [gate; up] (2N rows): the up rows' sums, in the same K order as the gate rows'
-            acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         for k0 in range(k_lo, k_lo + k_per_split, BLOCK_K):
             kk = k0 + rk
-            w_at = w_ptr + rn[:, None].to(tl.int64) * stride_wn + kk[None, :]
             if EVEN_K:
                 xmask = m_ok[:, None]
-                wmask = n_ok[:, None]
+                wt = tl.load(w_ptr + rn[:, None].to(tl.int64) * stride_wn + kk[None, :], mask=n_ok[:, None], other=0.0)
             else:
                 k_ok = kk < K
                 xmask = m_ok[:, None] & k_ok[None, :]
-                wmask = n_ok[:, None] & k_ok[None, :]
-            wt = tl.load(w_at, mask=wmask, other=0.0)
+                wt = tl.load(w_ptr + rn[:, None].to(tl.int64) * stride_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                             other=0.0)
             xt = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + kk[None, :], mask=xmask, other=0.0)
+            if SILU:  # x is [gate | up] (2K wide): the input is silu(gate) * up, rounded as torch's bf16 ops round
+                up = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + K + kk[None, :], mask=xmask,
+                             other=0.0).to(tl.float32)
+                gf = xt.to(tl.float32)
+                xt = ((gf / (1.0 + tl.exp(-gf))).to(wt.dtype).to(tl.float32) * up).to(wt.dtype)
             acc += tl.dot(xt, tl.trans(wt))
-            if GLU:
-                wu = tl.load(w_at + N.to(tl.int64) * stride_wn, mask=wmask, other=0.0)
-                acc_up += tl.dot(xt, tl.trans(wu))
         if PARTIAL:
             dst = out_ptr + (pid_s * M + rm[:, None]).to(tl.int64) * N + rn[None, :]
             tl.store(dst, acc, mask=m_ok[:, None] & n_ok[None, :])
         else:
-            dt = out_ptr.dtype.element_ty
             if HAS_BIAS:
                 acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-            if GLU:  # silu(gate) * up, rounded where the GEMM's output and decode.silu_mul round: the same bits
-                if HAS_BIAS:
-                    acc_up += tl.load(b_ptr + N + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-                g = acc.to(dt).to(tl.float32)
-                s = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
-                acc = s * acc_up.to(dt).to(tl.float32)
             dst = out_ptr + rm[:, None].to(tl.int64) * N + rn[None, :]
-            tl.store(dst, acc.to(dt), mask=m_ok[:, None] & n_ok[None, :])
+            tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
 MAX_M = 16  # skinny_linear's limit; invariant_linear takes any M in tiles of TILE_M
@@ -105,13 +97,10 @@ WIDE_BLOCK_M = 128
 _WIDE_CANDIDATES = [(128, 64, 8, 3), (128, 64, 4, 4), (64, 64, 4, 4), (128, 32, 4, 4), (256, 64, 8, 3), (128, 128, 8, 3)]
 # (BLOCK_N, BLOCK_K, num_warps, num_stages)
 _CANDIDATES = [(16, 256, 4, 4), (16, 512, 4, 3), (32, 256, 4, 4), (32, 512, 4, 3), (64, 256, 4, 3), (16, 1024, 4, 2)]
-_TUNED: dict[tuple, tuple] = {}  # (M bucket, "inv" or "inv-wide", N, K, may_split, glu) -> (BN, BK, warps, stages, split)
+_TUNED: dict[tuple, tuple] = {}  # (M bucket, "inv" or "inv-wide", N, K, may_split, silu) -> (BN, BK, warps, stages, split)
 ENABLED = True  # a switch for A/B measurements
 TUNE_FROM_HBM = True  # `_tune` times each candidate on weights read from HBM (`_weight_copies`); a switch for A/B
-# silu(gate) * up in the gate/up GEMM's epilogue (glu=True), one kernel fewer per layer; False: decode.silu_mul after
-# it (a switch for A/B). An earlier variant in the down GEMM's prologue recomputed silu in every N tile and was measured
-# SLOWER on the H200 (0.6B 1x1 1.32 vs 1.04 ms; 8B 6.96 vs 4.57 ms); it was removed
-GLU_EPILOGUE = True
+FUSE_SILU = False  # silu(gate) * up in the down GEMM's prologue: measured SLOWER on the H200 (0.6B 1x1 1.32 vs 1.04 ms; 8B 6.96 vs 4.57 ms), off
 
 
 def _m_bucket(m: int) -> int:
@@ -175,13 +164,10 @@ def _heuristic(n: int, k: int, sms: int, may_split: bool) -> tuple:
     return (block_n, block_k, 4, 3, split)
 
 
-def _launch(x, w, bias, cfg, may_split, glu=False, block_m=TILE_M):
+def _launch(x, w, bias, cfg, may_split, silu=False, block_m=TILE_M):
     m = x.shape[0]
     n, k = w.shape
-    n //= 2 if glu else 1
     block_n, block_k, warps, stages, split = cfg
-    if glu and split > 1:
-        raise ValueError(f"glu=True takes no split of K (its epilogue needs whole sums); config {cfg} has split {split}")
     k_per = k // split if k % (split * block_k) == 0 else -(-k // (split * block_k)) * block_k
     dependent = pdl(x.device)
     launch = {"launch_pdl": True} if dependent else {}
@@ -192,17 +178,17 @@ def _launch(x, w, bias, cfg, may_split, glu=False, block_m=TILE_M):
     _skinny_kernel[(triton.cdiv(m, block_m), triton.cdiv(n, block_n), split)](
         x, w, bias if bias is not None else w, out, m, n, k, x.stride(0), w.stride(0), k_per,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PARTIAL=split > 1, HAS_BIAS=bias is not None,
-        EVEN_K=k % block_k == 0 and k_per % block_k == 0, GLU=glu, PDL=dependent,
+        EVEN_K=k % block_k == 0 and k_per % block_k == 0, SILU=silu, PDL=dependent,
         num_warps=warps, num_stages=stages, **launch)
     return out
 
 
-def _tune(x, w, bias, may_split, glu=False, block_ms: tuple[int, ...] = (), wide: bool = False) -> tuple | None:
+def _tune(x, w, bias, may_split, silu=False, block_ms: tuple[int, ...] = (), wide: bool = False) -> tuple | None:
     """The fastest candidate on x's rows, among those that also launch at every tile height in `block_ms` (a
     configuration tuned on 16 rows may need more shared memory than the device has at 64: H200, 2026-12-01).
     block_ms given = the invariant path: only candidates that sum in `invariant_split`'s order; wide: its 128-row
     tiles, timed at that height. None when no candidate launched."""
-    n, k = w.shape[0] // (2 if glu else 1), w.shape[1]
+    n, k = w.shape
     sms = _sms(x.device)
     invariant = bool(block_ms)
     timed_m = WIDE_BLOCK_M if wide else TILE_M
@@ -213,14 +199,14 @@ def _tune(x, w, bias, may_split, glu=False, block_ms: tuple[int, ...] = (), wide
     for cfg in _candidates(n, k, sms, may_split and bias is None, invariant, wide):
         try:
             for block_m in block_ms:  # raises (OutOfResources) where this tile height does not fit
-                _launch(tall[:block_m], w, bias, cfg, may_split, glu, block_m=block_m)
+                _launch(tall[:block_m], w, bias, cfg, may_split, silu, block_m=block_m)
             for _ in range(3):  # compile, then time launches inside a graph (launch overhead out)
-                _launch(x, w, bias, cfg, may_split, glu, block_m=timed_m)
+                _launch(x, w, bias, cfg, may_split, silu, block_m=timed_m)
             launches = max(10, len(ws))
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 for i in range(launches):
-                    _launch(x, ws[i % len(ws)], bias, cfg, may_split, glu, block_m=timed_m)
+                    _launch(x, ws[i % len(ws)], bias, cfg, may_split, silu, block_m=timed_m)
             graph.replay()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -257,7 +243,7 @@ def usable(x: torch.Tensor, w: torch.Tensor, max_m: int | None = MAX_M) -> bool:
             and (x.dtype in (torch.bfloat16, torch.float16) or _INTERPRETED))
 
 
-def _config(key: tuple, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, glu: bool) -> tuple:
+def _config(key: tuple, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, silu: bool) -> tuple:
     """The launch configuration for `key`, tuned on the device the first time it is seen outside a
     CUDA-graph capture (an untimed one inside a capture or in the interpreter), then fixed for the process."""
     cfg = _TUNED.get(key)
@@ -266,10 +252,10 @@ def _config(key: tuple, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | N
         capturing = x.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         wide = key[0] == "inv-wide"
         block_ms = (WIDE_BLOCK_M,) if wide else (INVARIANT_BLOCK_MS if key[0] == "inv" else ())
-        n, k, sms = w.shape[0] // (2 if glu else 1), w.shape[1], _sms(x.device)
+        n, k, sms = w.shape[0], w.shape[1], _sms(x.device)
         timed = x.device.type == "cuda" and not capturing and not _INTERPRETED
         if timed:
-            cfg = _tune(x, w, bias, may_split, glu, block_ms, wide)
+            cfg = _tune(x, w, bias, may_split, silu, block_ms, wide)
         if cfg is None:  # untimed: inside a capture, in the interpreter, or when no candidate launched
             cfg = _invariant_default(n, k, sms, may_split, wide) if block_ms else _heuristic(n, k, sms, may_split)
         if timed:  # ranks agree on it (tuned or not) outside a capture, where a collective may run
@@ -292,46 +278,48 @@ def _agree(cfg: tuple, device: torch.device) -> tuple:
     return tuple(int(v) for v in t.tolist())
 
 
-def _glu_unfused(y: torch.Tensor) -> torch.Tensor:
-    """silu(gate) * up of a gate/up product [M, 2I] computed apart (decode.silu_mul where it runs, else torch)."""
+def _silu_input(x: torch.Tensor, w: torch.Tensor, silu: bool, max_m: int | None) -> tuple[torch.Tensor, bool]:
+    """(the GEMM's input, whether the kernel applies silu(gate) * up in its prologue): unless that fusion is
+    on and the kernel takes the product, silu(gate) * up is computed here first."""
+    if not silu or (FUSE_SILU and usable(x, w, max_m)):
+        return x, silu
     from specbench.kernels.decode import silu_mul, silu_mul_ref
 
-    return silu_mul(y) if triton_available(y.device) and y.is_contiguous() else silu_mul_ref(y)
+    return (silu_mul(x) if triton_available(x.device) and x.is_contiguous() else silu_mul_ref(x)), False
 
 
 def skinny_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, may_split: bool = False,
-                  config: tuple | None = None, glu: bool = False) -> torch.Tensor:
+                  config: tuple | None = None, silu: bool = False) -> torch.Tensor:
     """x [M, K] @ w[N, K]^T (+ bias). With may_split, may return fp32 partials [S, M, N] (S >= 2) that
-    the caller must sum (add_rmsnorm does); otherwise [M, N] in x's dtype. With glu, w is the fused
-    [gate; up] weight [2I, K] and the result is silu(x @ gate^T) * (x @ up^T) [M, I], bit for bit what the
-    product followed by decode.silu_mul gives (no split)."""
-    if not usable(x, w) or (glu and not GLU_EPILOGUE):
-        y = F.linear(x, w, bias) if not usable(x, w) else skinny_linear(x, w, bias, config=config)
-        return _glu_unfused(y) if glu else y
-    key = (_m_bucket(x.shape[0]), w.shape[0], w.shape[1], may_split and bias is None and not glu, glu)
-    cfg = config or _config(key, x, w, bias, glu)
-    return _launch(x, w, bias, cfg, key[3], glu)
+    the caller must sum (add_rmsnorm does); otherwise [M, N] in x's dtype. With silu, x is the fused
+    [M, 2K] gate/up output and the product takes silu(gate) * up (decode.silu_mul) as its input."""
+    x, silu = _silu_input(x, w, silu, MAX_M)
+    if not usable(x, w):
+        return F.linear(x, w, bias)
+    key = (_m_bucket(x.shape[0]), w.shape[0], w.shape[1], may_split and bias is None, silu)
+    cfg = config or _config(key, x, w, bias, silu)
+    return _launch(x, w, bias, cfg, key[3], silu)
 
 
 def invariant_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, may_split: bool = False,
-                     config: tuple | None = None, glu: bool = False) -> torch.Tensor:
+                     config: tuple | None = None, silu: bool = False) -> torch.Tensor:
     """`skinny_linear` for any number of rows, batch-invariant: row i of the result does not depend on
     the other rows or on M (one configuration per weight shape, tuned on 16 rows; see the module
-    docstring). Same outputs, partials and glu contract as `skinny_linear`."""
-    if not usable(x, w, None) or (glu and not GLU_EPILOGUE):
-        y = F.linear(x, w, bias) if not usable(x, w, None) else invariant_linear(x, w, bias, config=config)
-        return _glu_unfused(y) if glu else y
+    docstring). Same outputs and partials contract as `skinny_linear`."""
+    x, silu = _silu_input(x, w, silu, None)
+    if not usable(x, w, None):
+        return F.linear(x, w, bias)
     wide = config is None and x.shape[0] >= WIDE_FROM_M
-    key = ("inv-wide" if wide else "inv", w.shape[0], w.shape[1], may_split and bias is None and not glu, glu)
+    key = ("inv-wide" if wide else "inv", w.shape[0], w.shape[1], may_split and bias is None, silu)
     if config is None and key not in _TUNED:  # tuned on rows of noise (16, or 256 for wide), whatever this call's M
         probe = x
         if x.device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
             gen = torch.Generator(device=x.device).manual_seed(0)  # not the global stream the samplers may use
             rows = 2 * WIDE_BLOCK_M if wide else TILE_M
             probe = torch.randn((rows, x.shape[1]), device=x.device, dtype=x.dtype, generator=gen)
-        _config(key, probe, w, bias, glu)
+        _config(key, probe, w, bias, silu)
     cfg = config or _TUNED[key]
-    return _launch(x, w, bias, cfg, key[3], glu, block_m=WIDE_BLOCK_M if wide else invariant_block_m(x.shape[0]))
+    return _launch(x, w, bias, cfg, key[3], silu, block_m=WIDE_BLOCK_M if wide else invariant_block_m(x.shape[0]))
 
 
 def invariant_block_m(m: int) -> int:

@@ -821,8 +821,9 @@ class DecoderRunner(nn.Module):
             if self.tp is not None:  # the ranks' partial sums: this rank's split-K partials first, then all ranks
                 a = self._reduce(sum_partials(a, x.dtype))
             x, h = K.add_rmsnorm(x, a, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
-            a = lin(h, w["gu_w"], w["gu_b"], glu=True)  # silu(gate) * up, in the gate/up GEMM's epilogue
-            pending = lin(a, w["down_w"], w["down_b"], may_split=True)
+            gu = lin(h, w["gu_w"], w["gu_b"])
+            # silu(gate) * up: its own kernel (skinny_gemm.FUSE_SILU would fold it into the GEMM; measured slower)
+            pending = lin(gu, w["down_w"], w["down_b"], may_split=True, silu=True)
             if self.tp is not None:
                 pending = self._reduce(sum_partials(pending, x.dtype))
             if i in hidden_layers:
