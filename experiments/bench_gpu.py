@@ -304,7 +304,6 @@ def profile(models):
 
 def make_ctx(target, draft):
     from specbench.models.loading import LoadedModel, ModelSpec
-    from specbench.strategies.base import BuildContext
     from specbench.verify import SamplingParams
 
     lt = LoadedModel(ModelSpec(name="qwen3-8b-random", source="random"), target, None)

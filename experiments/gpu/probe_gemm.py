@@ -1,7 +1,8 @@
 """Probe (H200): is the M-tiled Triton GEMM batch-invariant, what does invariance cost against the fast
 path (per-M tuned skinny GEMM, cuBLAS), and are rows bit-identical across tile heights (16-row mma.sync
 tiles vs 64/128-row wgmma tiles)? Usage: python3 experiments/gpu/probe_gemm.py  (writes $OUT/probe_gemm.json)"""
-import json, os
+import json
+import os
 import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
