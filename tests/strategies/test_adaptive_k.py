@@ -29,7 +29,7 @@ from specbench.strategies.draft_model import DraftModelProposer
 from specbench.verify import SamplingParams, Verifier
 from test_conformance import (CPU, MAX_NEW, PROMPT, SAMPLING, TARGETS, _compose, _plain_greedy, _pvalues, _run,
                               _settings, _strategy_class, sharp_target)  # noqa: F401 - a fixture
-from test_conformance import _accepts as _validates  # noqa: F401 (sharp_target: a fixture)
+from test_conformance import _accepts as _validates
 
 K = 3  # the k every run here drafts at most (strategy.k, given explicitly: a yaml's own default may differ)
 # the tiny random targets are near-uniform (a draft's top probability ~0.013-0.016): this threshold cuts some steps

@@ -1,5 +1,13 @@
-cd /work/main && . .venv/bin/activate
+#!/usr/bin/env bash
+# The runs behind the "EAGLE-2's published tree size" section of ../README.md (2026-12-04, 2-core CPU, at 0b73b22's code),
+# from the repository root with the package installed. Each job's results.json is the matching file here.
+out=${1:-/tmp/treeal}
 C="logger=none engine.batch_size=16 max_new_tokens=64 engine.dtype=float32 dataset.num_prompts=null strategy=eagle_tree strategy.k_schedule=fixed"
-python -m specbench $C dataset=humaneval strategy.k=6 strategy.top_k=10 strategy.num_nodes=60 sampling.temperature=0 hydra.run.dir=/tmp/treeal/he-k6n60-t0 > /tmp/treeal/he-k6n60-t0.log 2>&1
-python -m specbench -m $C baseline=false dataset=mt-bench,humaneval strategy.k=6 strategy.top_k=10 strategy.num_nodes=60 sampling.temperature=1 hydra.sweep.dir=/tmp/treeal/k6n60-t1 > /tmp/treeal/k6n60-t1.log 2>&1
-python -m specbench -m $C baseline=false dataset=mt-bench strategy.k=5 strategy.top_k=8 strategy.num_nodes=16,32 sampling.temperature=0 hydra.sweep.dir=/tmp/treeal/sizes > /tmp/treeal/sizes.log 2>&1
+# mtbench-t0-k6n60.json (with its target-only baseline: speedup and the identical-output check)
+python -m specbench -m $C dataset=mt-bench strategy.k=6 strategy.top_k=10 strategy.num_nodes=60 sampling.temperature=0 hydra.sweep.dir=$out/k6n60 > $out-k6n60.log 2>&1
+# humaneval-t0-k6n60.json
+python -m specbench $C dataset=humaneval strategy.k=6 strategy.top_k=10 strategy.num_nodes=60 sampling.temperature=0 hydra.run.dir=$out/he-k6n60-t0 > $out-he-k6n60-t0.log 2>&1
+# mtbench-t1-k6n60.json, humaneval-t1-k6n60.json (no baseline)
+python -m specbench -m $C baseline=false dataset=mt-bench,humaneval strategy.k=6 strategy.top_k=10 strategy.num_nodes=60 sampling.temperature=1 hydra.sweep.dir=$out/k6n60-t1 > $out-k6n60-t1.log 2>&1
+# mtbench-t0-k5n16.json, mtbench-t0-k5n32.json (no baseline)
+python -m specbench -m $C baseline=false dataset=mt-bench strategy.k=5 strategy.top_k=8 strategy.num_nodes=16,32 sampling.temperature=0 hydra.sweep.dir=$out/sizes > $out-sizes.log 2>&1
