@@ -29,7 +29,7 @@ for name, (n, k, split) in shapes.items():
         cub_same = torch.equal(F.linear(x[:m], w), F.linear(x, w)[:m])
         row[m] = dict(invariant_equal=same, cublas_rows_equal=cub_same, ms_invariant=t_inv, ms_cublas=t_cub, ms_fast=t_fast)
         print(name, m, row[m], flush=True)
-    cfg = sg._TUNED[("inv", n, k, split, False)]
+    cfg = sg._TUNED[("inv", 16, n, k, split, False)]  # the 16-row tiles' (key since 2026-12-04)
     tiles = {}
     for bm in (16, 32, 64, 128):
         try:
@@ -49,7 +49,7 @@ big = {}
 for name, (n, k, split) in shapes.items():
     w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02
     x = torch.randn(256, k, device=dev, dtype=torch.bfloat16)
-    cfg = sg._TUNED[("inv", n, k, split, False)]
+    cfg = sg._TUNED[("inv", 16, n, k, split, False)]  # the 16-row tiles' (key since 2026-12-04)
     ref = full(sg._launch(x, w, None, cfg, split))
     for bm, bn, bk, warps, stages in [(64, 64, 64, 4, 4), (64, 128, 64, 4, 3), (128, 128, 64, 8, 3), (128, 64, 64, 4, 4),
                                       (64, 64, 128, 4, 3), (128, 256, 64, 8, 3), (64, 256, 64, 8, 3)]:

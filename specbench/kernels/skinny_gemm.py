@@ -12,12 +12,13 @@ Two entry points:
 - `skinny_linear` (fast): M <= 16 only (F.linear above), the configuration tuned per M bucket, so a
   row's result may depend on how many rows share the launch.
 - `invariant_linear` (batch-invariant): any M, in tiles of 16, 32 or 64 rows (grid axis 0, fastest, so
-  the M tiles of one W tile run together and share it in L2); the configuration (BLOCK_N, BLOCK_K,
-  warps, stages, split) is chosen once per weight shape (N, K), never per M. Above 64 rows, 128-row
-  tiles with a configuration of their own, at the same split. Every output element is
-  then the same K-ordered sum whatever M is (the tile height does not change it: measured, see
-  `invariant_block_m`), so a token's logits are bit-identical in a 1-token forward, a (K+1)-token
-  verify or another batch.
+  the M tiles of one W tile run together and share it in L2), above 64 rows in 128-row tiles. The split
+  is a function of the weight shape (N, K) alone (`invariant_split`); the tiles (BLOCK_N, BLOCK_K,
+  warps, stages) are tuned per weight shape and per bucket of M (`tune_bucket`: the tile height up to
+  64 rows, then 128, 256 or more rows), since every candidate adds the same partials in the same order.
+  Every output element is then the same K-ordered sum whatever M is (the tile height does not change
+  it: measured, see `invariant_block_m`), so a token's logits are bit-identical in a 1-token forward, a
+  (K+1)-token verify or another batch.
 
 The launch configuration is chosen per (M bucket, N, K, split allowed) by timing a few candidates
 on the device the first time a shape is seen outside a CUDA-graph capture (one host sync, once);
@@ -89,15 +90,20 @@ if triton is not None:
 
 MAX_M = 16  # skinny_linear's limit; invariant_linear takes any M in tiles of TILE_M
 TILE_M = 16
-INVARIANT_BLOCK_MS = (16, 32, 64)  # invariant_block_m's tile heights: one configuration must launch at all of them
 # above 64 rows (a batch-64 verify is 128-256), invariant_linear takes 128-row tiles with wide N tiles, tuned apart at
 # the same split: the same bits as the small tiles at 0.4-0.6x their time (experiments/gpu/probe_prefill-run1.txt)
 WIDE_FROM_M = 65
 WIDE_BLOCK_M = 128
-_WIDE_CANDIDATES = [(128, 64, 8, 3), (128, 64, 4, 4), (64, 64, 4, 4), (128, 32, 4, 4), (256, 64, 8, 3), (128, 128, 8, 3)]
-# (BLOCK_N, BLOCK_K, num_warps, num_stages)
+# (BLOCK_N, BLOCK_K, num_warps, num_stages). The last five came from experiments/gpu/probe_wide.py (2026-12-04): at 128
+# rows they stream the 8B's qkv / o / down 1.5x faster than the first six (20 / 12 / 35 us a layer against 32 / 19 / 52)
+_WIDE_CANDIDATES = [(128, 64, 8, 3), (128, 64, 4, 4), (64, 64, 4, 4), (128, 32, 4, 4), (256, 64, 8, 3), (128, 128, 8, 3),
+                    (64, 128, 8, 4), (64, 64, 4, 5), (64, 128, 4, 3), (32, 128, 4, 4), (32, 64, 4, 4)]
 _CANDIDATES = [(16, 256, 4, 4), (16, 512, 4, 3), (32, 256, 4, 4), (32, 512, 4, 3), (64, 256, 4, 3), (16, 1024, 4, 2)]
-_TUNED: dict[tuple, tuple] = {}  # (M bucket, "inv" or "inv-wide", N, K, may_split, silu) -> (BN, BK, warps, stages, split)
+# tried besides _CANDIDATES at 32- and 64-row tiles (a batch-32 or batch-64 step of one token)
+_TALL_CANDIDATES = [(64, 128, 8, 4), (64, 64, 4, 5), (64, 128, 4, 3), (32, 128, 4, 4)]
+# (M bucket, N, K, may_split, silu) for skinny_linear; ("inv" or "inv-wide", tune_bucket rows, N, K, may_split, silu)
+# for invariant_linear -> (BN, BK, warps, stages, split)
+_TUNED: dict[tuple, tuple] = {}
 ENABLED = True  # a switch for A/B measurements
 TUNE_FROM_HBM = True  # `_tune` times each candidate on weights read from HBM (`_weight_copies`); a switch for A/B
 FUSE_SILU = False  # silu(gate) * up in the down GEMM's prologue: measured SLOWER on the H200 (0.6B 1x1 1.32 vs 1.04 ms; 8B 6.96 vs 4.57 ms), off
@@ -131,12 +137,15 @@ def invariant_split(n: int, k: int, sms: int, may_split: bool) -> int:
     return split
 
 
-def _candidates(n: int, k: int, sms: int, may_split: bool, invariant: bool, wide: bool = False) -> list[tuple]:
+def _candidates(n: int, k: int, sms: int, may_split: bool, invariant: bool, wide: bool = False,
+                height: int = TILE_M) -> list[tuple]:
     """The configurations `_tune` times: any split for the fast path; for the invariant path only
     `invariant_split`'s, with parts of equal, BLOCK_K-aligned width (so every candidate adds the same partials);
-    wide: the invariant path's 128-row tiles."""
+    wide: the invariant path's 128-row tiles; height: the invariant path's tile height below that (16, 32 or 64)."""
     out = []
-    for block_n, block_k, warps, stages in _WIDE_CANDIDATES if wide else _CANDIDATES:
+    listed = _WIDE_CANDIDATES if wide else (_CANDIDATES + _TALL_CANDIDATES if invariant and height > TILE_M
+                                            else _CANDIDATES)
+    for block_n, block_k, warps, stages in listed:
         if k % block_k and block_k > 256:
             continue
         if invariant:
@@ -183,24 +192,20 @@ def _launch(x, w, bias, cfg, may_split, silu=False, block_m=TILE_M):
     return out
 
 
-def _tune(x, w, bias, may_split, silu=False, block_ms: tuple[int, ...] = (), wide: bool = False) -> tuple | None:
-    """The fastest candidate on x's rows, among those that also launch at every tile height in `block_ms` (a
-    configuration tuned on 16 rows may need more shared memory than the device has at 64: H200, 2026-12-01).
-    block_ms given = the invariant path: only candidates that sum in `invariant_split`'s order; wide: its 128-row
-    tiles, timed at that height. None when no candidate launched."""
+def _tune(x, w, bias, may_split, silu=False, height: int | None = None, wide: bool = False) -> tuple | None:
+    """The fastest candidate on x's rows. height given = the invariant path, in tiles of that many rows (16, 32, 64;
+    128 when wide): only candidates that sum in `invariant_split`'s order and launch at that height (a 64-row tile
+    may need more shared memory than the device has: H200, 2026-12-01). None when no candidate launched."""
     n, k = w.shape
     sms = _sms(x.device)
-    invariant = bool(block_ms)
-    timed_m = WIDE_BLOCK_M if wide else TILE_M
+    invariant = height is not None
+    timed_m = height or TILE_M
     best, best_ms = None, float("inf")
     torch.cuda.synchronize(x.device)
-    tall = x.repeat(-(-max(block_ms, default=1) // x.shape[0]), 1) if block_ms else x
     ws = _weight_copies(w)
-    for cfg in _candidates(n, k, sms, may_split and bias is None, invariant, wide):
+    for cfg in _candidates(n, k, sms, may_split and bias is None, invariant, wide, timed_m):
         try:
-            for block_m in block_ms:  # raises (OutOfResources) where this tile height does not fit
-                _launch(tall[:block_m], w, bias, cfg, may_split, silu, block_m=block_m)
-            for _ in range(3):  # compile, then time launches inside a graph (launch overhead out)
+            for _ in range(3):  # raises (OutOfResources) where the tile does not fit  # compile, then time launches inside a graph (launch overhead out)
                 _launch(x, w, bias, cfg, may_split, silu, block_m=timed_m)
             launches = max(10, len(ws))
             graph = torch.cuda.CUDAGraph()
@@ -243,21 +248,21 @@ def usable(x: torch.Tensor, w: torch.Tensor, max_m: int | None = MAX_M) -> bool:
             and (x.dtype in (torch.bfloat16, torch.float16) or _INTERPRETED))
 
 
-def _config(key: tuple, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, silu: bool) -> tuple:
+def _config(key: tuple, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, silu: bool, may_split: bool,
+            height: int | None = None, wide: bool = False) -> tuple:
     """The launch configuration for `key`, tuned on the device the first time it is seen outside a
-    CUDA-graph capture (an untimed one inside a capture or in the interpreter), then fixed for the process."""
+    CUDA-graph capture (an untimed one inside a capture or in the interpreter), then fixed for the process.
+    height: the invariant path's tile height (see `_tune`); None for skinny_linear."""
     cfg = _TUNED.get(key)
     if cfg is None:
-        may_split = key[3]
         capturing = x.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-        wide = key[0] == "inv-wide"
-        block_ms = (WIDE_BLOCK_M,) if wide else (INVARIANT_BLOCK_MS if key[0] == "inv" else ())
         n, k, sms = w.shape[0], w.shape[1], _sms(x.device)
         timed = x.device.type == "cuda" and not capturing and not _INTERPRETED
         if timed:
-            cfg = _tune(x, w, bias, may_split, silu, block_ms, wide)
+            cfg = _tune(x, w, bias, may_split, silu, height, wide)
         if cfg is None:  # untimed: inside a capture, in the interpreter, or when no candidate launched
-            cfg = _invariant_default(n, k, sms, may_split, wide) if block_ms else _heuristic(n, k, sms, may_split)
+            cfg = (_invariant_default(n, k, sms, may_split, wide) if height is not None
+                   else _heuristic(n, k, sms, may_split))
         if timed:  # ranks agree on it (tuned or not) outside a capture, where a collective may run
             cfg = _agree(cfg, x.device)
         _TUNED[key] = cfg
@@ -297,29 +302,41 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = 
     if not usable(x, w):
         return F.linear(x, w, bias)
     key = (_m_bucket(x.shape[0]), w.shape[0], w.shape[1], may_split and bias is None, silu)
-    cfg = config or _config(key, x, w, bias, silu)
+    cfg = config or _config(key, x, w, bias, silu, key[3])
     return _launch(x, w, bias, cfg, key[3], silu)
 
 
 def invariant_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, may_split: bool = False,
                      config: tuple | None = None, silu: bool = False) -> torch.Tensor:
     """`skinny_linear` for any number of rows, batch-invariant: row i of the result does not depend on
-    the other rows or on M (one configuration per weight shape, tuned on 16 rows; see the module
-    docstring). Same outputs and partials contract as `skinny_linear`."""
+    the other rows or on M (one split per weight shape; tiles tuned per `tune_bucket` of M, on rows of noise;
+    see the module docstring). Same outputs and partials contract as `skinny_linear`."""
     x, silu = _silu_input(x, w, silu, None)
     if not usable(x, w, None):
         return F.linear(x, w, bias)
-    wide = config is None and x.shape[0] >= WIDE_FROM_M
-    key = ("inv-wide" if wide else "inv", w.shape[0], w.shape[1], may_split and bias is None, silu)
-    if config is None and key not in _TUNED:  # tuned on rows of noise (16, or 256 for wide), whatever this call's M
+    m = x.shape[0]
+    wide = config is None and m >= WIDE_FROM_M
+    height = WIDE_BLOCK_M if wide else invariant_block_m(m)
+    rows = tune_bucket(m) if wide else height
+    key = ("inv-wide" if wide else "inv", rows, w.shape[0], w.shape[1], may_split and bias is None, silu)
+    if config is None and key not in _TUNED:  # tuned on `rows` rows of noise, whatever this call's M
         probe = x
         if x.device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
             gen = torch.Generator(device=x.device).manual_seed(0)  # not the global stream the samplers may use
-            rows = 2 * WIDE_BLOCK_M if wide else TILE_M
             probe = torch.randn((rows, x.shape[1]), device=x.device, dtype=x.dtype, generator=gen)
-        _config(key, probe, w, bias, silu)
+        _config(key, probe, w, bias, silu, key[4], height, wide)
     cfg = config or _TUNED[key]
-    return _launch(x, w, bias, cfg, key[3], silu, block_m=WIDE_BLOCK_M if wide else invariant_block_m(x.shape[0]))
+    return _launch(x, w, bias, cfg, key[4], silu, block_m=height)
+
+
+def tune_bucket(m: int) -> int:
+    """The rows invariant_linear tunes a configuration at for a call of M rows: the tile height up to 64 rows
+    (`invariant_block_m`), then 128, 256 or 1024. Tuned at 256 rows, the 128-row tiles of a batch-64 verify (128 rows)
+    took configurations up to 1.6x slower than the best at 128 (experiments/gpu/probe_wide.py, 2026-12-04). Only speed
+    depends on it: every candidate adds the same partials in the same order."""
+    if m < WIDE_FROM_M:
+        return invariant_block_m(m)
+    return 128 if m <= 128 else (256 if m <= 256 else 1024)
 
 
 def invariant_block_m(m: int) -> int:

@@ -73,18 +73,26 @@ def test_fast_attention_path_still_matches_reference():
 
 
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="tuning and shared memory limits are a compiled-kernel matter")
-def test_the_tuned_invariant_config_launches_at_every_tile_height(monkeypatch):
-    """A configuration tuned on 16 rows must also fit at 64-row tiles: (32, 512, 4, 3) needs 288 KiB of shared
-    memory at 64 rows, more than an H200 has, and a batch-64 job died on it (2026-12-01)."""
+def test_each_tile_height_is_tuned_on_tiles_that_launch_at_it(monkeypatch):
+    """(32, 512, 4, 3) needs 288 KiB of shared memory at 64-row tiles, more than an H200 has, and a batch-64 job died
+    on a configuration tuned on 16 rows (2026-12-01): each tile height is now tuned at its own height, so the 64-row
+    tiles take a candidate that launches there."""
     monkeypatch.setattr(skinny_gemm, "_CANDIDATES", [(32, 512, 4, 3), (64, 256, 4, 3)])
+    monkeypatch.setattr(skinny_gemm, "_TALL_CANDIDATES", [])
     monkeypatch.setattr(skinny_gemm, "_TUNED", {})
     g = _g(2)
     w = torch.randn(4096, 4096, generator=g).to(DEVICE, DTYPE)
-    for m in (16, 130):
+    for m in (16, 64, 130):
         x = torch.randn(m, 4096, generator=g).to(DEVICE, DTYPE)
         torch.testing.assert_close(skinny_gemm.invariant_linear(x, w), F.linear(x, w), atol=0.5, rtol=2e-2)
-    chosen = skinny_gemm._TUNED[("inv", 4096, 4096, False, False)]
+    assert {key[:2] for key in skinny_gemm._TUNED} == {("inv", 16), ("inv", 64), ("inv-wide", 256)}
+    chosen = skinny_gemm._TUNED[("inv", 64, 4096, 4096, False, False)]
     assert chosen[:4] == (64, 256, 4, 3), chosen
+
+
+def test_tune_buckets_follow_the_tile_height_then_powers_of_rows():
+    assert [skinny_gemm.tune_bucket(m) for m in (1, 16, 17, 33, 64, 65, 128, 129, 256, 257, 30000)] == [
+        16, 16, 32, 64, 64, 128, 128, 256, 256, 1024, 1024]
 
 
 # a 6-node tree under the pending token (column 0): node i (column i + 1) hangs under node PARENTS[i], -1 = pending
@@ -146,8 +154,9 @@ def test_invariant_candidates_share_one_summation_order(n, k, may_split):
     of the shape and the SM count only), in parts of equal width that each candidate's BLOCK_K divides."""
     for sms in (78, 132):
         split = skinny_gemm.invariant_split(n, k, sms, may_split)
-        for wide in (False, True):  # 16-64-row tiles, and the 128-row tiles above 64 rows: one order for both
-            cands = skinny_gemm._candidates(n, k, sms, may_split, invariant=True, wide=wide)
+        # 16-, 32- and 64-row tiles, and the 128-row tiles above 64 rows: one order for all
+        for wide, height in ((False, 16), (False, 32), (False, 64), (True, skinny_gemm.WIDE_BLOCK_M)):
+            cands = skinny_gemm._candidates(n, k, sms, may_split, invariant=True, wide=wide, height=height)
             assert cands and {c[4] for c in cands} == {split}
             assert all(split == 1 or k % (split * c[1]) == 0 for c in cands)
             assert skinny_gemm._invariant_default(n, k, sms, may_split, wide)[4] == split
@@ -160,13 +169,15 @@ def test_invariant_candidates_share_one_summation_order(n, k, may_split):
 @pytest.mark.parametrize("n,k,may_split", SHAPES_8B)
 def test_every_invariant_candidate_gives_the_same_bits(n, k, may_split):
     """Two processes may time the candidates differently and pick different ones (a sweep's jobs, a test and the
-    CLI): that must not change one bit. Every candidate that launches at every tile height, at 5 and 64 rows."""
+    CLI): that must not change one bit. Every candidate of every tile height that launches at 16 and 64 rows, at 5
+    and 64 rows."""
     g = _g(4)
     w = (torch.randn(n, k, generator=g) * 0.02).to(DEVICE, DTYPE)
     x = torch.randn(256, k, generator=g).to(DEVICE, DTYPE)
     sms = skinny_gemm._sms(DEVICE)
     outs = {}
-    for cfg in skinny_gemm._candidates(n, k, sms, may_split, invariant=True):
+    for cfg in dict.fromkeys(skinny_gemm._candidates(n, k, sms, may_split, invariant=True)
+                             + skinny_gemm._candidates(n, k, sms, may_split, invariant=True, height=64)):
         try:
             outs[cfg] = [skinny_gemm._launch(x[:m], w, None, cfg, may_split, block_m=skinny_gemm.invariant_block_m(m))
                          for m in (5, 64)]
@@ -203,4 +214,4 @@ def test_wide_tiles_keep_rows_and_match_linear(split):
     torch.testing.assert_close(full, F.linear(x, w), atol=1e-3, rtol=1e-3)
     for m in (65, 100, 129):
         assert torch.equal(f(x[:m].contiguous()), full[:m]), f"rows 0..{m} changed with M"
-    assert ("inv-wide", 72, 128, split, False) in skinny_gemm._TUNED
+    assert {("inv-wide", 128, 72, 128, split, False), ("inv-wide", 256, 72, 128, split, False)} <= set(skinny_gemm._TUNED)
