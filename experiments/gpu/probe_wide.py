@@ -9,6 +9,10 @@ Every candidate's output (or fp32 partials) is compared bit for bit with the sam
 16-row tiles (what a batch-1 forward computes): "bits ok" is the invariance the tuner may not break.
 
     python3 experiments/gpu/probe_wide.py > $OUT/probe_wide.txt
+    PROBE_ROWS=1 python3 experiments/gpu/probe_wide.py > $OUT/probe_rows1.txt
+
+PROBE_ROWS=1..16 (a batch-1 step or verify) times the 16-row tiles' candidates instead, at that M; "tuner's pick" is
+then what `invariant_linear` tunes for that call (on 16 rows of noise).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import load_model, resolve_spec
 
 NAMES = os.environ.get("PROBE_MODELS", "qwen3-8b-random,qwen3-0.6b-random").split(",")
-M = 128
+M = int(os.environ.get("PROBE_ROWS", "128"))
 # (BLOCK_N, BLOCK_K, num_warps, num_stages) for 128-row tiles: the shipped list first, then more
 EXTRA_WIDE = [(64, 64, 4, 3), (64, 128, 4, 3), (64, 64, 4, 5), (128, 64, 4, 5), (128, 64, 8, 4), (128, 128, 4, 3),
               (256, 64, 8, 4), (256, 128, 8, 3), (64, 128, 8, 4), (32, 64, 4, 4), (32, 128, 4, 4), (128, 256, 8, 2),
@@ -65,8 +69,11 @@ def probe(name: str, dev: torch.device) -> None:
         mb = n * k * 2 / 1e6
         ref = reference(x, ws[0], may_split)
         rows = [f"    cuBLAS F.linear: {graph_us(lambda w: F.linear(x, w), ws):8.2f} us"]
-        cands = [(c, 128) for c in skinny_gemm._WIDE_CANDIDATES + EXTRA_WIDE]
-        cands += [(c[:4], 64) for c in skinny_gemm._candidates(n, k, sms, may_split, invariant=True)]
+        if M <= 16:
+            cands = [(c[:4], 16) for c in skinny_gemm._candidates(n, k, sms, may_split, invariant=True, height=64)]
+        else:
+            cands = [(c, 128) for c in skinny_gemm._WIDE_CANDIDATES + EXTRA_WIDE]
+            cands += [(c[:4], 64) for c in skinny_gemm._candidates(n, k, sms, may_split, invariant=True, height=64)]
         best = None
         for (bn, bk, warps, stages), block_m in cands:
             if split > 1 and k % (split * bk):
@@ -80,12 +87,12 @@ def probe(name: str, dev: torch.device) -> None:
             except Exception as e:  # noqa: BLE001 - a config that does not launch is listed as such
                 rows.append(f"    {cfg} tile {block_m}: failed ({type(e).__name__})")
                 continue
-            tag = "" if cfg[:4] in skinny_gemm._WIDE_CANDIDATES or block_m == 64 else " (new)"
+            tag = " (new)" if cfg[:4] in skinny_gemm._TALL_CANDIDATES and block_m == 16 else ("" if cfg[:4] in skinny_gemm._WIDE_CANDIDATES or block_m <= 64 else " (new)")
             rows.append(f"    {cfg} tile {block_m}: {us:8.2f} us  {mb / us:5.2f} TB/s  bits {'ok' if same else 'DIFFER'}{tag}")
             if same and (best is None or us < best[0]):
                 best = (us, cfg, block_m)
-        skinny_gemm.invariant_linear(x, ws[0], may_split=may_split)  # tunes the shipped wide candidates
-        tuned = skinny_gemm._TUNED[("inv-wide", M, n, k, may_split, False)]
+        skinny_gemm.invariant_linear(x, ws[0], may_split=may_split)  # tunes as a forward would
+        tuned = skinny_gemm._TUNED[("inv-wide" if M > 64 else "inv", skinny_gemm.tune_bucket(M), n, k, may_split, False)]
         print(f"  {key} [{n} x {k}] {mb:.1f} MB, split {split}, {len(ws)} launches; tuner's pick {tuned}; "
               f"best with same bits: {best}", flush=True)
         print("\n".join(rows), flush=True)
