@@ -67,6 +67,15 @@ def kernel_times(fn: Callable[[], object], width: int = 70) -> tuple[collections
     return by_name, len(kernels)
 
 
+def gemm_groups(name: str, dev: torch.device) -> tuple[int, list[tuple[str, list[torch.Tensor], bool]]]:
+    """The preset's layer count and its GEMM weights by projection (random weights, bf16, our decoder): (name, one
+    weight per layer, whether the product may split K); the LM head last, once."""
+    runner = DecoderRunner(load_model(resolve_spec({"name": name}, "target"), dev, torch.bfloat16).model)
+    fields = {"qkv": ("qkv_w", False), "o": ("o_w", True), "gate_up": ("gu_w", False), "down": ("down_w", True)}
+    groups = [(key, [w[field] for w in runner._w], split) for key, (field, split) in fields.items()]
+    return len(runner._w), groups + [("lm_head", [runner.lm_head.weight], False)]
+
+
 def run(probe: Callable[[str, torch.device], None]) -> None:
     dev = torch.device("cuda")
     print(torch.cuda.get_device_name(dev), torch.__version__, flush=True)

@@ -11,14 +11,17 @@ and for dependent launch on and off. Columns: us per launch, and the rate the we
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import torch
 from triton.testing import do_bench
 
-from specbench.kernels import skinny_gemm
-from specbench.kernels.decode import use_pdl
-from specbench.models.decoder import DecoderRunner
-from specbench.models.loading import load_model, resolve_spec
+sys.path.insert(0, str(Path(__file__).parent))
+from probe_common import gemm_groups  # noqa: E402
+
+from specbench.kernels import skinny_gemm  # noqa: E402
+from specbench.kernels.decode import use_pdl  # noqa: E402
 
 NAMES = os.environ.get("PROBE_MODELS", "qwen3-0.6b-random,qwen3-8b-random").split(",")
 
@@ -36,13 +39,9 @@ def per_launch_us(ws: list[torch.Tensor], x: torch.Tensor, cfg: tuple, may_split
 
 
 def probe(name: str, dev: torch.device) -> None:
-    model = load_model(resolve_spec({"name": name}, "target"), dev, torch.bfloat16).model
-    runner = DecoderRunner(model)
-    shapes = {"qkv": ("qkv_w", False), "o": ("o_w", True), "gate_up": ("gu_w", False), "down": ("down_w", True)}
+    layers, groups = gemm_groups(name, dev)
     sms = skinny_gemm._sms(dev)
-    print(f"{name}: {len(runner._w)} layers", flush=True)
-    groups = [(key, [w[field] for w in runner._w], split) for key, (field, split) in shapes.items()]
-    groups.append(("lm_head", [runner.lm_head.weight], False))
+    print(f"{name}: {layers} layers", flush=True)
     for key, ws, may_split in groups:
         n, k = ws[0].shape
         x = torch.randn((1, k), device=dev, dtype=torch.bfloat16)

@@ -18,21 +18,24 @@ then what `invariant_linear` tunes for that call (on 16 rows of noise).
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
-from specbench.kernels import skinny_gemm
-from specbench.models.decoder import DecoderRunner
-from specbench.models.loading import load_model, resolve_spec
+sys.path.insert(0, str(Path(__file__).parent))
+from probe_common import gemm_groups, run  # noqa: E402
 
-NAMES = os.environ.get("PROBE_MODELS", "qwen3-8b-random,qwen3-0.6b-random").split(",")
+from specbench.kernels import skinny_gemm  # noqa: E402
+
 M = int(os.environ.get("PROBE_ROWS", "128"))
 # (BLOCK_N, BLOCK_K, num_warps, num_stages) for 128-row tiles: the shipped list first, then more
 EXTRA_WIDE = [(64, 64, 4, 3), (64, 128, 4, 3), (64, 64, 4, 5), (128, 64, 4, 5), (128, 64, 8, 4), (128, 128, 4, 3),
               (256, 64, 8, 4), (256, 128, 8, 3), (64, 128, 8, 4), (32, 64, 4, 4), (32, 128, 4, 4), (128, 256, 8, 2),
               (64, 256, 4, 3), (256, 32, 8, 4)]
+OLD_WIDE = skinny_gemm._WIDE_CANDIDATES[:6]  # the 128-row candidates until 5ae7ceb; "(new)" marks the others
 
 
 def graph_us(launch, ws: list[torch.Tensor]) -> float:
@@ -54,13 +57,9 @@ def reference(x: torch.Tensor, w: torch.Tensor, may_split: bool) -> torch.Tensor
 
 
 def probe(name: str, dev: torch.device) -> None:
-    model = load_model(resolve_spec({"name": name}, "target"), dev, torch.bfloat16).model
-    runner = DecoderRunner(model)
-    shapes = {"qkv": ("qkv_w", False), "o": ("o_w", True), "gate_up": ("gu_w", False), "down": ("down_w", True)}
+    layers, groups = gemm_groups(name, dev)
     sms = skinny_gemm._sms(dev)
-    print(f"{name}: {len(runner._w)} layers, M = {M}", flush=True)
-    groups = [(key, [w[field] for w in runner._w], split) for key, (field, split) in shapes.items()]
-    groups.append(("lm_head", [runner.lm_head.weight], False))
+    print(f"{name}: {layers} layers, M = {M}", flush=True)
     gen = torch.Generator(device=dev).manual_seed(0)
     for key, ws, may_split in groups:
         n, k = ws[0].shape
@@ -87,7 +86,8 @@ def probe(name: str, dev: torch.device) -> None:
             except Exception as e:  # noqa: BLE001 - a config that does not launch is listed as such
                 rows.append(f"    {cfg} tile {block_m}: failed ({type(e).__name__})")
                 continue
-            tag = " (new)" if cfg[:4] in skinny_gemm._TALL_CANDIDATES and block_m == 16 else ("" if cfg[:4] in skinny_gemm._WIDE_CANDIDATES or block_m <= 64 else " (new)")
+            new = cfg[:4] not in OLD_WIDE if block_m == 128 else cfg[:4] in skinny_gemm._TALL_CANDIDATES
+            tag = " (new)" if new else ""
             rows.append(f"    {cfg} tile {block_m}: {us:8.2f} us  {mb / us:5.2f} TB/s  bits {'ok' if same else 'DIFFER'}{tag}")
             if same and (best is None or us < best[0]):
                 best = (us, cfg, block_m)
@@ -98,13 +98,5 @@ def probe(name: str, dev: torch.device) -> None:
         print("\n".join(rows), flush=True)
 
 
-def main() -> None:
-    dev = torch.device("cuda")
-    print(torch.cuda.get_device_name(dev), torch.__version__, flush=True)
-    for name in NAMES:
-        probe(name, dev)
-        torch.cuda.empty_cache()
-
-
 if __name__ == "__main__":
-    main()
+    run(probe)  # PROBE_MODELS picks the presets (probe_common.NAMES); the runs in wide-run1/ named 8B, 0.6B (, 1.7B)
