@@ -6,10 +6,13 @@
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 #   bash experiments/gpu/suite.sh "$OUT"
 # SUITE_PARTS="kernels front1 batch64 rest" runs only those processes (a partial suite: its log says so).
-# Writes one log per process and suite.txt (all of them, with each process's command, exit status and seconds).
+# Writes suite.txt into the output folder (every process's log, with its command, exit status and seconds); the
+# per-process logs go to a temporary folder, since the device tool brings back only a few files from $OUT (on
+# 2026-12-04 a suite.txt beside seven other files was left behind).
 # The exit status is 0 only if every process exited 0 (pytest's 5, "nothing collected", counts as a failure).
 set -u
 out=${1:-/tmp/suite}; mkdir -p "$out"
+logs=$(mktemp -d)
 limit=${SUITE_TIMEOUT:-480}  # each process (every: 331 s at 6c3ef88); front1 then big share one slot
 export WANDB_MODE=disabled PYTHONUNBUFFERED=1
 big="32b or vlm or continuous or two_processes"
@@ -25,8 +28,8 @@ declare -A cmd=(
 names=${SUITE_PARTS:-kernels front1 every batch64 rest big}  # SUITE_PARTS: a subset, when device time is short
 one() {
   local start=$SECONDS
-  eval timeout "$limit" python3 -m pytest -q -rs -p no:cacheprovider ${cmd[$1]} > "$out/$1.log" 2>&1
-  echo "rc $? $((SECONDS - start))s" >> "$out/$1.log"
+  eval timeout "$limit" python3 -m pytest -q -rs -p no:cacheprovider ${cmd[$1]} > "$logs/$1.log" 2>&1
+  echo "rc $? $((SECONDS - start))s" >> "$logs/$1.log"
 }
 has() { [[ " $names " == *" $1 "* ]]; }
 for n in $names; do
@@ -41,7 +44,7 @@ wait
   echo "# GPU suite at ${SUITE_COMMIT:-$(git rev-parse --short HEAD)}, $(date -u), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
   [ -z "${SUITE_PARTS:-}" ] || echo "# PARTIAL: only the processes $names"
   python3 -c "import torch, triton, transformers; print('# torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
-  for n in $names; do echo "# process $n:"; echo "#   pytest ${cmd[$n]}"; cat "$out/$n.log"; done
+  for n in $names; do echo "# process $n:"; echo "#   pytest ${cmd[$n]}"; cat "$logs/$n.log"; done
 } > "$out/suite.txt"
 cat "$out/suite.txt"
-! grep -q "^rc [^0]" "$out"/*.log
+! grep -q "^rc [^0]" "$logs"/*.log
