@@ -67,6 +67,19 @@ def kernel_times(fn: Callable[[], object], width: int = 70) -> tuple[collections
     return by_name, len(kernels)
 
 
+def graph_us(launch: Callable[[torch.Tensor], object], ws: list[torch.Tensor]) -> float:
+    """Microseconds per launch of `launch(w)`, one launch per weight of `ws` inside one CUDA graph (distinct weights,
+    so each launch streams its own from HBM, as in a forward), median replay over the launches."""
+    for w in ws[:2]:
+        launch(w)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for w in ws:
+            launch(w)
+    return 1e3 * do_bench(graph.replay, warmup=5, rep=60, return_mode="median") / len(ws)
+
+
 def gemm_groups(name: str, dev: torch.device) -> tuple[int, list[tuple[str, list[torch.Tensor], bool]]]:
     """The preset's layer count and its GEMM weights by projection (random weights, bf16, our decoder): (name, one
     weight per layer, whether the product may split K); the LM head last, once."""

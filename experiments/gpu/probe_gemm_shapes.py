@@ -15,10 +15,9 @@ import sys
 from pathlib import Path
 
 import torch
-from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).parent))
-from probe_common import gemm_groups  # noqa: E402
+from probe_common import gemm_groups, graph_us  # noqa: E402
 
 from specbench.kernels import skinny_gemm  # noqa: E402
 from specbench.kernels.decode import use_pdl  # noqa: E402
@@ -27,15 +26,7 @@ NAMES = os.environ.get("PROBE_MODELS", "qwen3-0.6b-random,qwen3-8b-random").spli
 
 
 def per_launch_us(ws: list[torch.Tensor], x: torch.Tensor, cfg: tuple, may_split: bool) -> float:
-    for w in ws[:2]:
-        skinny_gemm.invariant_linear(x, w, may_split=may_split, config=cfg)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for w in ws:
-            skinny_gemm.invariant_linear(x, w, may_split=may_split, config=cfg)
-    ms = do_bench(graph.replay, warmup=5, rep=60, return_mode="median")
-    return 1e3 * ms / len(ws)
+    return graph_us(lambda w: skinny_gemm.invariant_linear(x, w, may_split=may_split, config=cfg), ws)
 
 
 def probe(name: str, dev: torch.device) -> None:

@@ -23,10 +23,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).parent))
-from probe_common import gemm_groups, run  # noqa: E402
+from probe_common import gemm_groups, graph_us, run  # noqa: E402
 
 from specbench.kernels import skinny_gemm  # noqa: E402
 
@@ -36,18 +35,6 @@ EXTRA_WIDE = [(64, 64, 4, 3), (64, 128, 4, 3), (64, 64, 4, 5), (128, 64, 4, 5), 
               (256, 64, 8, 4), (256, 128, 8, 3), (64, 128, 8, 4), (32, 64, 4, 4), (32, 128, 4, 4), (128, 256, 8, 2),
               (64, 256, 4, 3), (256, 32, 8, 4)]
 OLD_WIDE = skinny_gemm._WIDE_CANDIDATES[:6]  # the 128-row candidates until 5ae7ceb; "(new)" marks the others
-
-
-def graph_us(launch, ws: list[torch.Tensor]) -> float:
-    for w in ws[:2]:
-        launch(w)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for w in ws:
-            launch(w)
-    ms = do_bench(graph.replay, warmup=5, rep=60, return_mode="median")
-    return 1e3 * ms / len(ws)
 
 
 def reference(x: torch.Tensor, w: torch.Tensor, may_split: bool) -> torch.Tensor:

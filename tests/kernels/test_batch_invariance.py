@@ -176,8 +176,7 @@ def test_every_invariant_candidate_gives_the_same_bits(n, k, may_split):
     x = torch.randn(256, k, generator=g).to(DEVICE, DTYPE)
     sms = skinny_gemm._sms(DEVICE)
     outs = {}
-    for cfg in dict.fromkeys(skinny_gemm._candidates(n, k, sms, may_split, invariant=True)
-                             + skinny_gemm._candidates(n, k, sms, may_split, invariant=True, height=64)):
+    for cfg in skinny_gemm._candidates(n, k, sms, may_split, invariant=True, height=64):  # the 16-row ones, and more
         try:
             outs[cfg] = [skinny_gemm._launch(x[:m], w, None, cfg, may_split, block_m=skinny_gemm.invariant_block_m(m))
                          for m in (5, 64)]
