@@ -205,7 +205,8 @@ def _tune(x, w, bias, may_split, silu=False, height: int | None = None, wide: bo
     ws = _weight_copies(w)
     for cfg in _candidates(n, k, sms, may_split and bias is None, invariant, wide, timed_m):
         try:
-            for _ in range(3):  # raises (OutOfResources) where the tile does not fit  # compile, then time launches inside a graph (launch overhead out)
+            # compile (raises OutOfResources where the tile does not fit), then time launches inside a graph
+            for _ in range(3):
                 _launch(x, w, bias, cfg, may_split, silu, block_m=timed_m)
             launches = max(10, len(ws))
             graph = torch.cuda.CUDAGraph()
