@@ -161,11 +161,11 @@ if triton is not None:
             tl.store(dst + HALF + i, o2)
 
     @triton.jit
-    def _decode_attn_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, path_ptr, out_ptr, part_acc_ptr, part_ml_ptr, count_ptr,
+    def _decode_attn_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, path_ptr, out_ptr, part_acc_ptr, part_ml_ptr,
                             T, N, scale, kc_sb, kc_sh, kc_ss, vc_sb, vc_sh, vc_ss, M_TILES, E,
                             HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, CHUNK: tl.constexpr,
-                            TREE: tl.constexpr, FUSED: tl.constexpr, PDL: tl.constexpr):
+                            TREE: tl.constexpr, PDL: tl.constexpr):
         if PDL:
             tl.extra.cuda.gdc_launch_dependents()
         b = tl.program_id(0).to(tl.int64)
@@ -232,53 +232,11 @@ if triton is not None:
             out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
             tl.store(out_ptr + (n_idx[:, None] * HQ + head[:, None]) * D + d[None, :],
                      out.to(out_ptr.dtype.element_ty), mask=valid_m[:, None])
-        else:
-            if CHUNK == 0 or lo < hi:  # invariant mode: the combine reads only the chunks up to each query's position
-                prow = (split * N + n_idx) * HQ + head  # [BLOCK_M]
-                tl.store(part_acc_ptr + prow[:, None] * D + d[None, :], acc, mask=valid_m[:, None])
-                tl.store(part_ml_ptr + prow * 2, m_i, mask=valid_m)
-                tl.store(part_ml_ptr + prow * 2 + 1, l_i, mask=valid_m)
-            if FUSED:  # the last of this tile's NUM_SPLITS programs to finish combines them, in split order
-                tl.debug_barrier()  # every thread's partials are written before this program arrives
-                tile = b * tl.num_programs(1) + tl.program_id(1)
-                arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
-                if arrived == NUM_SPLITS - 1:
-                    tl.debug_barrier()
-                    tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")  # zero for the next launch
-                    if CHUNK > 0:  # the chunks that hold slots 0..pos; later ones would add exact zeros
-                        used = pos_m // CHUNK + 1
-                    else:
-                        used = tl.full([BLOCK_M], NUM_SPLITS, tl.int64)
-                    used = tl.where(valid_m, used, 0)
-                    _combine_rows(part_acc_ptr, part_ml_ptr, out_ptr, n_idx, head, used, valid_m, N, HQ, D, BLOCK_M)
-
-    @triton.jit
-    def _combine_rows(part_acc_ptr, part_ml_ptr, out_ptr, n_idx, head, used, valid_m, N,
-                      HQ: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr):
-        """`_attn_combine_kernel`'s arithmetic for a tile of (token, head) rows, each over its own `used` splits: a
-        row's result does not depend on the other rows (a split past a row's own count leaves it exactly as it is).
-        Partials written by other programs are read past L1 (.cg)."""
-        d = tl.arange(0, D)
-        rows = n_idx * HQ + head
-        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        for s in range(0, tl.max(used, axis=0)):
-            ok = s < used
-            m_s = tl.load(part_ml_ptr + (s * N * HQ + rows) * 2, mask=ok, other=float("-inf"), cache_modifier=".cg")
-            mx = tl.where(ok, tl.maximum(mx, m_s), mx)
-        mx = tl.where(mx == float("-inf"), 0.0, mx)
-        acc = tl.zeros([BLOCK_M, D], tl.float32)
-        den = tl.zeros([BLOCK_M], tl.float32)
-        for s in range(0, tl.max(used, axis=0)):
-            ok = s < used
-            prow = s * N * HQ + rows
-            w = tl.exp(tl.load(part_ml_ptr + prow * 2, mask=ok, other=0.0, cache_modifier=".cg") - mx)
-            den = tl.where(ok, den + w * tl.load(part_ml_ptr + prow * 2 + 1, mask=ok, other=0.0, cache_modifier=".cg"),
-                           den)
-            part = tl.load(part_acc_ptr + prow[:, None] * D + d[None, :], mask=ok[:, None], other=0.0,
-                           cache_modifier=".cg")
-            acc = tl.where(ok[:, None], acc + w[:, None] * part, acc)
-        out = acc / tl.where(den == 0.0, 1.0, den)[:, None]
-        tl.store(out_ptr + rows[:, None] * D + d[None, :], out.to(out_ptr.dtype.element_ty), mask=valid_m[:, None])
+        elif CHUNK == 0 or lo < hi:  # invariant mode: the combine reads only the chunks up to each query's position
+            prow = (split * N + n_idx) * HQ + head  # [BLOCK_M]
+            tl.store(part_acc_ptr + prow[:, None] * D + d[None, :], acc, mask=valid_m[:, None])
+            tl.store(part_ml_ptr + prow * 2, m_i, mask=valid_m)
+            tl.store(part_ml_ptr + prow * 2 + 1, l_i, mask=valid_m)
 
     @triton.jit
     def _attn_combine_kernel(part_acc_ptr, part_ml_ptr, pos_ptr, out_ptr, N,
@@ -369,24 +327,6 @@ def attention_splits(batch: int, hkv: int, max_slots: int, device: torch.device)
     return int(max(1, min(16, want, -(-max_slots // 128))))
 
 
-FUSED_COMBINE = True  # the split attention's combine done by its last program (a switch for A/B measurements)
-# device -> int32 arrival counters for the fused combine, one per (row, query tile) program group; each launch leaves
-# them at zero (its last program resets its own), so CUDA-graph replays need no memset. Made outside a capture.
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
-COUNTERS = 1 << 20
-
-
-def _arrival_counters(device: torch.device, groups: int) -> torch.Tensor | None:
-    """The arrival counters for `groups` program groups, or None (then the combine runs as its own kernel) when they
-    would have to be made inside a CUDA-graph capture."""
-    buf = _COUNTERS.get(device)
-    if buf is None or buf.numel() < groups:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        buf = _COUNTERS[device] = torch.zeros(max(groups, COUNTERS), dtype=torch.int32, device=device)
-    return buf
-
-
 INVARIANT_TILE_M = 16  # query rows per attention program in batch-invariant mode
 INVARIANT_MAX_SPLITS = 32
 
@@ -428,20 +368,17 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         warps = 4 if block_m <= 32 else 8
     out = torch.empty_like(q)
     n = b * t
-    counters = None
     if ns > 1:
         part_acc = torch.empty((ns, n, hq, d), device=q.device, dtype=torch.float32)
         part_ml = torch.empty((ns, n, hq, 2), device=q.device, dtype=torch.float32)
-        counters = _arrival_counters(q.device, b * hkv * m_tiles) if FUSED_COMBINE else None
     else:
         part_acc = part_ml = out
     _decode_attn_kernel[(b, hkv * m_tiles, ns)](
-        q, k_cache, v_cache, positions, path if tree else positions, out, part_acc, part_ml,
-        counters if counters is not None else positions, t, n, scale,
+        q, k_cache, v_cache, positions, path if tree else positions, out, part_acc, part_ml, t, n, scale,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         m_tiles, path.shape[2] if tree else 1, HQ=hq, G=g, D=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=ns,
-        CHUNK=chunk, TREE=tree, FUSED=counters is not None, PDL=pdl(q.device), num_warps=warps)
-    if ns > 1 and counters is None:
+        CHUNK=chunk, TREE=tree, PDL=pdl(q.device), num_warps=warps)
+    if ns > 1:
         _attn_combine_kernel[(n, hq)](part_acc, part_ml, positions, out, n, HQ=hq, D=d, NUM_SPLITS=ns, CHUNK=chunk,
                                       PDL=pdl(q.device), num_warps=1)
     return out

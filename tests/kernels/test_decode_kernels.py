@@ -67,35 +67,6 @@ def test_decode_attention(t, splits):
     torch.testing.assert_close(out, ref, **(dict(atol=5e-3, rtol=5e-3) if _COMPILED else dict(atol=2e-5, rtol=1e-4)))
 
 
-@pytest.mark.parametrize("invariant", [False, True])
-@pytest.mark.parametrize("tree", [False, True])
-def test_the_fused_combine_is_the_combine_kernels_bit_for_bit(monkeypatch, invariant, tree):
-    """The split attention's combine, done by the last program of each tile (FUSED_COMBINE), gives the bits of the
-    separate combine kernel, and leaves its arrival counters at zero for the next launch (a graph replay)."""
-    g = _g(7)
-    bsz, t, hq, hkv, d, slots = 3, 4, 6, 2, 16, 300
-    q = torch.randn(bsz, t, hq, d, generator=g).to(DEVICE)
-    kc = torch.randn(bsz, hkv, slots, d, generator=g).to(DEVICE)
-    vc = torch.randn(bsz, hkv, slots, d, generator=g).to(DEVICE)
-    starts = torch.tensor([3, 120, 250])  # one row in one chunk of 128 slots, one across two, one across two more
-    positions = (starts[:, None] + torch.arange(t)).to(DEVICE).contiguous()
-    path = None
-    if tree:  # a chain laid out as a tree: each node's ancestors are the nodes before it
-        slot_ids = positions
-        path = decode.tree_paths(torch.tril(torch.ones(t, t, dtype=torch.bool)).expand(bsz, t, t).to(DEVICE), slot_ids)
-    splits = None if invariant else 3
-
-    def attend(fused: bool) -> torch.Tensor:
-        monkeypatch.setattr(decode, "FUSED_COMBINE", fused)
-        return decode.decode_attention(q, kc, vc, positions, d**-0.5, num_splits=splits, block_n=32,
-                                       invariant=invariant, path=path)
-
-    separate, fused = attend(False), attend(True)
-    assert torch.equal(fused, separate)
-    assert int(decode._COUNTERS[torch.device(DEVICE)].abs().sum()) == 0
-    assert torch.equal(attend(True), fused)  # a second launch on the same counters
-
-
 def test_silu_mul():
     x = torch.randn(3, 2 * 70, generator=_g(2)).to(DEVICE)
     torch.testing.assert_close(decode.silu_mul(x), decode.silu_mul_ref(x), atol=1e-6, rtol=1e-5)
