@@ -58,8 +58,8 @@ class ForwardOutput:
     layer_hidden: list[torch.Tensor] = field(default_factory=list)  # [B, T, H] each, outputs of asked layers
 
 
-# How the decoder multiplies 1..8 rows by a weight on the CPU (fp32, or bf16 off the bit-invariant path); more than 8
-# always take F.linear. Two forms take different MKL paths: F.linear, and `weight @ x.T` on row-major x (a transposed
+# How the decoder multiplies 1..64 rows by a weight on the CPU (fp32, or bf16 off the bit-invariant path); more than
+# 64 always take F.linear. Two forms take different MKL paths: F.linear, and `weight @ x.T` on row-major x (a transposed
 # view; x.T made contiguous takes a third path, 3x slower on the AMD EPYC below, which a column-major input would
 # silently reach, so inputs are made contiguous). Which is faster depends on the machine, and on the row count:
 # `weight @ x.T` was 1.2-1.8x faster on the first CPU we measured, 1.5x slower on three later AVX-512 ones (a 1 x 4
@@ -70,7 +70,12 @@ class ForwardOutput:
 # (`_cpu_form`). None: F.linear always; (lo, hi): `weight @ x.T` for lo..hi rows always, unpadded
 # (experiments/cpu/bench_forward.py measures them side by side).
 LINEAR_WT_ROWS: tuple[int, int] | None | str = "auto"
-AUTO_ROWS = (1, 8)  # the row counts "auto" decides for
+AUTO_ROWS = (1, 8)  # the row counts "auto" decides one by one
+# Above them, up to the last bucket's top, "auto" decides per bucket of row counts (9-16, 17-32, 33-64), timing each
+# form at the bucket's top; more rows take F.linear. A wide tree's verify or a batch's step meets these counts: on the
+# AMD EPYC of experiments/cpu/README.md (2026-12-04) F.linear made a 9-token forward of SmolLM2-135M 2.7x a 1-token
+# step and a 17-token one 3.0x, where oneDNN's packed product took 1.3x and 1.5x
+AUTO_BUCKETS = (16, 32, 64)
 # (N, K, dtype, rows, float16 copy or not) -> (form, rows computed): "linear" (F.linear), "transposed" (`weight @ x.T`),
 # "half" (F.linear on the float16 copy) or "packed" (oneDNN's float32 product on a copy of the weight in its packed
 # layout, `_onednn_copy`), on the rows padded with zero rows to `rows computed` (rows itself, or one more for an odd
@@ -115,6 +120,19 @@ def _cpu_form(weight: torch.Tensor, rows: int, half: torch.Tensor | None = None)
     return _CPU_FORMS[key]
 
 
+def _timed_rows(rows: int) -> int | None:
+    """The row count whose timing decides the form for `rows` rows: rows itself within AUTO_ROWS, the top of its
+    bucket above them (AUTO_BUCKETS), None past the last bucket (F.linear)."""
+    if AUTO_ROWS[0] <= rows <= AUTO_ROWS[1]:
+        return rows
+    return next((top for top in AUTO_BUCKETS if AUTO_ROWS[1] < rows <= top), None)
+
+
+def _every_timed_rows() -> list[int]:
+    """Every row count "auto" times: 1..8 and each bucket's top."""
+    return list(range(AUTO_ROWS[0], AUTO_ROWS[1] + 1)) + [top for top in AUTO_BUCKETS if top > AUTO_ROWS[1]]
+
+
 def cpu_form_choices() -> dict[str, dict[str, str]]:
     """The CPU product forms "auto" chose in this process (results.json's environment): per weight shape ("N x K",
     "drafter" for a drafter's weight with a float16 copy), row count -> form, "+pad" where odd rows ran padded by one.
@@ -122,7 +140,9 @@ def cpu_form_choices() -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for (n, k, dtype, rows, half), (form, computed) in sorted(_CPU_FORMS.items(), key=lambda kv: kv[0][:2] + kv[0][3:]):
         shape = f"{n}x{k} {str(dtype).removeprefix('torch.')}" + (" drafter" if half else "")
-        out.setdefault(shape, {})[str(rows)] = form + ("+pad" if computed != rows else "")
+        below = max([AUTO_ROWS[1]] + [top for top in AUTO_BUCKETS if top < rows])
+        span = str(rows) if rows <= AUTO_ROWS[1] else f"{below + 1}-{rows}"  # a bucket: the counts it decides
+        out.setdefault(shape, {})[span] = form + ("+pad" if computed != rows else "")
     return out
 
 
@@ -165,16 +185,17 @@ def _time_forms(weight: torch.Tensor, row_counts: list[int], half: torch.Tensor 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
             half: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear, or `weight @ x.T` (possibly on padded rows), or F.linear on `half` (a float16 copy of the weight:
-    the input rounded to float16, the result back in x's dtype) for CPU inference over 1..8 rows where
+    the input rounded to float16, the result back in x's dtype) for CPU inference over 1..64 rows where
     LINEAR_WT_ROWS says so (see above). The same rows give the same result whatever else shares the process."""
     if LINEAR_WT_ROWS is None or x.device.type != "cpu" or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
     rows = x.numel() // x.shape[-1]
     auto = LINEAR_WT_ROWS == "auto"
-    lo, hi = AUTO_ROWS if auto else LINEAR_WT_ROWS
-    if not lo <= rows <= hi:
+    timed = _timed_rows(rows) if auto else (rows if LINEAR_WT_ROWS[0] <= rows <= LINEAR_WT_ROWS[1] else None)
+    if timed is None:
         return F.linear(x, weight, bias)
-    form, padded = _cpu_form(weight, rows, half) if auto else ("transposed", rows)
+    form, padded = _cpu_form(weight, timed, half) if auto else ("transposed", rows)
+    padded = padded if timed == rows else rows  # a bucket's form runs on the rows as they are
     if form == "linear":
         return F.linear(x, weight, bias)
     if form == "packed":
@@ -435,14 +456,12 @@ def time_cpu_forms(*objects: Any) -> int:
     timed = 0
     with torch.inference_mode():
         for weight, half in products.values():
-            todo = [rows for rows in range(AUTO_ROWS[0], AUTO_ROWS[1] + 1)
-                    if _form_key(weight, rows, half) not in _CPU_FORMS]
+            todo = [rows for rows in _every_timed_rows() if _form_key(weight, rows, half) not in _CPU_FORMS]
             if todo:
                 _time_forms(weight, todo, half)
             timed += len(todo)
         for weight, half in every:  # the copies the chosen forms read, made now rather than in the timed run
-            if any(_CPU_FORMS[_form_key(weight, rows, half)][0] == "packed"
-                   for rows in range(AUTO_ROWS[0], AUTO_ROWS[1] + 1)):
+            if any(_CPU_FORMS[_form_key(weight, rows, half)][0] == "packed" for rows in _every_timed_rows()):
                 _onednn_copy(weight)
     return timed
 

@@ -126,7 +126,7 @@ class _SlowFunctional:
 def test_auto_linear_takes_the_form_a_first_timing_finds_faster(monkeypatch, slow):
     """LINEAR_WT_ROWS="auto": for 1..8 rows each (weight shape, row count) takes whichever of F.linear, `weight @ x.T`
     and (odd rows) `weight @ x.T` on one zero row more its first timing found fastest, once per process (later calls
-    reuse the choice); 9 rows take F.linear. The padded form's result is the unpadded rows'."""
+    reuse the choice); more than 64 rows take F.linear. The padded form's result is the unpadded rows'."""
     import specbench.models.decoder as dec
 
     monkeypatch.setattr(dec, "LINEAR_WT_ROWS", "auto")
@@ -162,8 +162,42 @@ def test_auto_linear_takes_the_form_a_first_timing_finds_faster(monkeypatch, slo
         if slow == "linear":  # the product of the padded form, zero row dropped
             assert torch.equal(got, real_transposed(x, w, 4)) and got.shape == (3, 11)
         n = len(calls)
-        dec._linear(torch.randn(9, 9, generator=g), w)  # more than 8 rows: F.linear, nothing timed
+        dec._linear(torch.randn(65, 9, generator=g), w)  # more than 64 rows: F.linear, nothing timed
         assert len(calls) == n and len(dec._CPU_FORMS) == 1
+
+
+def test_auto_linear_decides_9_to_64_rows_per_bucket_timed_at_its_top(monkeypatch):
+    """Above 8 rows "auto" times a form once per bucket (9-16, 17-32, 33-64) at the bucket's top row count, and every
+    row count in the bucket takes it, on its own rows (no padding to the top); results.json names the bucket."""
+    import specbench.models.decoder as dec
+
+    monkeypatch.setattr(dec, "LINEAR_WT_ROWS", "auto")
+    monkeypatch.setattr(dec, "_CPU_FORMS", {})
+    monkeypatch.setattr(dec, "TIMING_BYTES", 0)
+    monkeypatch.setattr(dec, "PACKED_FORM", False)
+    monkeypatch.setattr(dec, "F", _SlowFunctional())  # `weight @ x.T` wins every timing
+    calls = []
+    real_transposed = dec._transposed
+
+    def transposed(x, w, rows=None):
+        calls.append((x.reshape(-1, x.shape[-1]).shape[0], rows))
+        return real_transposed(x, w, rows)
+
+    monkeypatch.setattr(dec, "_transposed", transposed)
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(11, 9, generator=g)
+    with torch.inference_mode():
+        x = torch.randn(3, 5, 9, generator=g)  # 15 rows: the 9-16 bucket, timed on 16
+        got = dec._linear(x, w)
+        assert set(dec._CPU_FORMS) == {(11, 9, torch.float32, 16, False)}
+        assert calls[-1] == (15, 15) and {c for c in calls[:-1]} == {(16, 16)}
+        assert torch.equal(got, real_transposed(x, w, 15)) and got.shape == (3, 5, 11)
+        n = len(calls)
+        dec._linear(torch.randn(9, 9, generator=g), w)  # the same bucket: nothing timed
+        assert len(calls) == n + 1 and len(dec._CPU_FORMS) == 1
+        dec._linear(torch.randn(17, 9, generator=g), w)  # the next bucket: timed on 32
+        assert set(dec._CPU_FORMS) == {(11, 9, torch.float32, 16, False), (11, 9, torch.float32, 32, False)}
+    assert dec.cpu_form_choices() == {"11x9 float32": {"9-16": "transposed", "17-32": "transposed"}}
 
 
 class _SlowFloat32Functional:
@@ -300,8 +334,9 @@ def test_pack_linears_half_weights_keep_a_float16_copy(monkeypatch):
 
 def test_time_cpu_forms_covers_every_row_count_before_the_run(monkeypatch):
     """decoder.time_cpu_forms (the CPU warm-up): every weight shape a DecoderRunner and the CpuLinear layers of a
-    proposer-like object multiply through `_linear` gets its form for each of 1..8 rows now, so no forward after it
-    times anything; a second call times nothing; with LINEAR_WT_ROWS other than "auto" it does nothing."""
+    proposer-like object multiply through `_linear` gets its form for each of 1..8 rows and each bucket above them now,
+    so no forward after it times anything; a second call times nothing; with LINEAR_WT_ROWS other than "auto" it does
+    nothing."""
     import types
 
     import specbench.models.decoder as dec
@@ -318,9 +353,10 @@ def test_time_cpu_forms_covers_every_row_count_before_the_run(monkeypatch):
     cfg = model.model.config
     shapes = {(w[n].shape[0], w[n].shape[1]) for w in runner._w for n in ("qkv_w", "o_w", "gu_w", "down_w")}
     shapes.add((cfg.vocab_size, cfg.hidden_size))
-    assert dec.time_cpu_forms(runner, proposer) == 8 * (len(shapes) + 2)
-    assert set(dec._CPU_FORMS) == ({(n, k, torch.float32, r, False) for n, k in shapes for r in range(1, 9)}
-                                   | {(n, k, torch.float32, r, True) for n, k in ((7, 9), (5, 7)) for r in range(1, 9)})
+    timed = [*range(1, 9), 16, 32, 64]
+    assert dec.time_cpu_forms(runner, proposer) == len(timed) * (len(shapes) + 2)
+    assert set(dec._CPU_FORMS) == ({(n, k, torch.float32, r, False) for n, k in shapes for r in timed}
+                                   | {(n, k, torch.float32, r, True) for n, k in ((7, 9), (5, 7)) for r in timed})
     assert dec.time_cpu_forms(runner, proposer) == 0
 
     def no_timing(*args):
@@ -329,7 +365,7 @@ def test_time_cpu_forms_covers_every_row_count_before_the_run(monkeypatch):
     monkeypatch.setattr(dec, "_time_forms", no_timing)
     runner.allocate(3, 16)
     with torch.inference_mode():
-        for t in (1, 2):  # 3 and 6 rows
+        for t in (1, 2, 5):  # 3, 6 and 15 rows
             runner(torch.ones(3, t, dtype=torch.long), torch.arange(t).expand(3, t), attn_len=t)
         head(torch.randn(2, 9))
     monkeypatch.setattr(dec, "LINEAR_WT_ROWS", None)
