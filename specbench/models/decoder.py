@@ -207,6 +207,14 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
     return y if bias is None else y + bias
 
 
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear; at inference on the CPU, the form the target's own products take for this weight's shape and row
+    count (`_linear`). For a head that multiplies by the target's LM head, which it holds by reference (not one of its
+    own children, so `pack_linears` leaves it a plain nn.Linear): plain F.linear there took 34 ms for Medusa's 3 rows
+    over SmolLM2-135M's 49152 x 576 head on the AMD EPYC of experiments/cpu/README.md (2026-12-04)."""
+    return _linear(x, weight, bias)
+
+
 def _onednn_fp32(weight: torch.Tensor) -> bool:
     """Whether "auto" may time the "packed" form for this weight: float32, on a CPU where torch has oneDNN's linear
     over a packed weight (PACKED_FORM)."""

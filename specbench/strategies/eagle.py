@@ -43,7 +43,7 @@ from torch import nn
 
 from specbench.errors import ConfigError
 from specbench.kernels.decode_ref import tree_slot_mask
-from specbench.models.decoder import fuse_linears, pack_linears
+from specbench.models.decoder import fuse_linears, linear, pack_linears
 from specbench.strategies import formats
 from specbench.strategies.base import BuildContext, DraftOutput, Proposer
 from specbench.strategies.checkpoints import (AUTO, RANDOM, HeadCheckpoint, checkpoint_files, load_head,
@@ -161,7 +161,8 @@ class EagleHead(nn.Module):
         vocabulary's logits land at their target ids (i + d2t[i]), every other token at -inf (q = 0 there)."""
         if self.norm is not None:
             out = self.norm(out)
-        small = self.lm_head(out)
+        head = self.lm_head  # the target's own (held by reference) takes the target's CPU products
+        small = head(out) if head is self.draft_lm_head else linear(out, head.weight, head.bias)
         if self.d2t is None:
             return small
         full = small.new_full((*small.shape[:-1], self.cfg.vocab_size), float("-inf"))

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specbench.errors import ConfigError
+from specbench.models.decoder import linear, pack_linears
 from specbench.strategies import formats
 from specbench.strategies.base import BuildContext, DraftOutput, Proposer
 from specbench.strategies.checkpoints import (AUTO, RANDOM, HeadCheckpoint, checkpoint_files, load_head,
@@ -71,8 +72,8 @@ class MedusaHeads(nn.Module):
             for _ in range(self.cfg.num_layers):
                 x = x + F.silu(block(x))
             outs.append(x)
-        if self.lm_heads is None:
-            return self.lm_head(torch.stack(outs, dim=-2))
+        if self.lm_heads is None:  # the target's LM head, through the target's CPU products there
+            return linear(torch.stack(outs, dim=-2), self.lm_head.weight, self.lm_head.bias)
         return torch.stack([head(x) for head, x in zip(self.lm_heads, outs)], dim=-2)
 
     def save(self, directory: str | Path) -> None:
@@ -119,6 +120,8 @@ class MedusaProposer(HeadCheckpoint, Proposer):
         else:
             self.heads = load_medusa_heads(checkpoint, target, ctx.target.spec.label)
             raise_if_too_few_heads(k, self.heads.cfg.num_heads, str(checkpoint))
+        if self.device.type == "cpu":  # the heads' own linears take the decoder's CPU products too
+            pack_linears(self.heads)
 
     @classmethod
     def read_head_config(cls, path: str | Path | None, target_layers: int | None = None) -> tuple[Path, MedusaConfig]:

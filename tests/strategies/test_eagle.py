@@ -293,3 +293,24 @@ def test_sampling_matches_target_distribution_and_catches_a_wrong_rule(tmp_path)
     assert chisquare_pvalue(np.bincount(good[:, 1], minlength=v), p2) > 1e-4
     bad = _first_two_counts(model, ckpt, sampling, resample_from_p, prompt, 3000)
     assert chisquare_pvalue(np.bincount(bad[:, 1], minlength=v), p2) < 1e-6
+
+
+def test_a_head_without_a_draft_vocabulary_takes_the_targets_lm_head_products_on_the_cpu(tmp_path, monkeypatch):
+    """A head over the target's whole vocabulary multiplies by the target's LM head (held by reference, a plain
+    nn.Linear) through the decoder's CPU product forms at inference (`decoder.linear`), not plain F.linear; the
+    logits are the module's up to float32 rounding."""
+    import specbench.models.decoder as dec
+
+    model = tiny("tiny-llama")
+    proposer = EagleProposer(_ctx(model), k=2, checkpoint=_head_checkpoint(model, tmp_path / "h"))
+    head, lm = proposer.head, model.model.lm_head
+    assert head.draft_lm_head is None and type(lm) is torch.nn.Linear
+    seen = []
+    real = dec._linear
+    monkeypatch.setattr(dec, "_linear", lambda x, w, b=None, half=None: seen.append(w is lm.weight) or real(x, w, b, half))
+    out = torch.randn(1, 3, model.model.config.hidden_size)
+    with torch.inference_mode():
+        got = head.logits(out)
+    assert any(seen)
+    expected = lm(head.norm(out) if head.norm is not None else out)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

@@ -94,3 +94,26 @@ def test_lossless_greedy(arch, tmp_path):
         for s in range(0, len(prompts), bs):
             rows += engine.generate(prompts[s : s + bs])[0]
         assert [r.output_ids for r in rows] == ref, (arch, k, bs)
+
+
+def test_on_the_cpu_the_shared_lm_head_takes_the_targets_products(llama, tmp_path, monkeypatch):
+    """At inference on the CPU the heads multiply by the target's LM head (held by reference, so pack_linears leaves it
+    a plain nn.Linear) through the decoder's product forms, as the target's own LM head does (`decoder.linear`), and
+    their own blocks are CpuLinear; the logits are the plain module's up to float32 rounding. In training (grad on)
+    the same call is F.linear."""
+    import specbench.models.decoder as dec
+
+    proposer = MedusaProposer(_ctx(llama), k=3, checkpoint=_checkpoint(llama, tmp_path / "m", num_heads=3))
+    heads, lm = proposer.heads, llama.model.lm_head
+    assert all(type(b) is dec.CpuLinear for b in heads.blocks) and type(lm) is torch.nn.Linear
+    seen = []
+    real = dec._linear
+    monkeypatch.setattr(dec, "_linear", lambda x, w, b=None, half=None: seen.append((w is lm.weight, x.shape)) or
+                        real(x, w, b, half))
+    h = torch.randn(2, 48)
+    with torch.inference_mode():
+        got = heads(h, 3)
+    assert (True, (2, 3, 48)) in seen  # the 3 heads' 2 x 3 rows through the target's forms
+    outs = [h + torch.nn.functional.silu(torch.nn.functional.linear(h, b.weight, b.bias)) for b in heads.blocks]
+    torch.testing.assert_close(got, torch.nn.functional.linear(torch.stack(outs, dim=-2), lm.weight), rtol=1e-5,
+                               atol=1e-5)
