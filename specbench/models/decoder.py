@@ -74,7 +74,8 @@ AUTO_ROWS = (1, 8)  # the row counts "auto" decides one by one
 # Above them, up to the last bucket's top, "auto" decides per bucket of row counts (9-16, 17-32, 33-64), timing each
 # form at the bucket's top; more rows take F.linear. A wide tree's verify or a batch's step meets these counts: on the
 # AMD EPYC of experiments/cpu/README.md (2026-12-04) F.linear made a 9-token forward of SmolLM2-135M 2.7x a 1-token
-# step and a 17-token one 3.0x, where oneDNN's packed product took 1.3x and 1.5x
+# step and a 17-token one 3.0x, where the buckets' forms (oneDNN's packed product) took 1.28x and 1.61x
+# (experiments/cpu/forward_widths.py, amd-run11/forward_widths.txt)
 AUTO_BUCKETS = (16, 32, 64)
 # (N, K, dtype, rows, float16 copy or not) -> (form, rows computed): "linear" (F.linear), "transposed" (`weight @ x.T`),
 # "half" (F.linear on the float16 copy) or "packed" (oneDNN's float32 product on a copy of the weight in its packed
