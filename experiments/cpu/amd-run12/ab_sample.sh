@@ -14,3 +14,5 @@ python -m specbench -m logger=none baseline=false strategy.top_k=2,3 strategy.nu
   > $o/al-tree-shapes.log 2>&1
 # (default-spread-1 and -2 ran first, before the A/B, each under /usr/bin/time; the README's first command ran in a
 # fresh clone at 954d3af: fresh-clone-954d3af-default.txt)
+# all 80 MT-Bench prompts, once, after the rest: default-all80.log / .json
+python -m specbench logger=none dataset.num_prompts=null output_dir=$o/default-all80 > $o/default-all80.log 2>&1
