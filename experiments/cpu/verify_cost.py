@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 
 import torch
+from bench_tree_verify import PREFIX, forwards_at, time_in_turns  # this script's folder is on sys.path
 
 import specbench.models.decoder as dec
-from specbench.kernels.decode_ref import tree_paths
 from specbench.models.loading import load_model, resolve_spec
 
-PREFIX = 300
 PARENTS = [-1, 0, 0, 1, 1]  # the root, its two children, two grandchildren under the first
 
 
@@ -29,29 +27,8 @@ def main() -> None:
     print("timed forms:", dec.time_cpu_forms(runner))
     with torch.inference_mode():
         runner(torch.randint(0, 40000, (1, PREFIX)), torch.arange(PREFIX)[None], attn_len=PREFIX)
-        n = len(PARENTS)
-        sees = torch.eye(n, dtype=torch.bool)  # node i sees its ancestors and itself
-        for i, parent in enumerate(PARENTS):
-            if parent >= 0:
-                sees[i] |= sees[parent]
-        slots = torch.arange(PREFIX, PREFIX + n)[None]
-        tree_path = tree_paths(sees[None], slots)
-        tree_pos = PREFIX + sees[None].sum(-1) - 1
-        tokens = torch.randint(0, 40000, (1, n))
-        forwards = {
-            "1 token": lambda: runner(tokens[:, :1], torch.tensor([[PREFIX]]), attn_len=PREFIX + 1),
-            "5-token chain": lambda: runner(tokens, torch.arange(PREFIX, PREFIX + 5)[None], attn_len=PREFIX + 5),
-            "5-node tree": lambda: runner(tokens, tree_pos, attn_len=PREFIX + n, slots=slots, tree_path=tree_path),
-        }
-        for f in forwards.values():
-            f(), f()
-        ms: dict[str, list[float]] = {name: [] for name in forwards}
-        for _ in range(10):
-            for name, f in forwards.items():
-                t0 = time.perf_counter()
-                f(), f(), f()
-                ms[name].append((time.perf_counter() - t0) / 3 * 1e3)
-        for name, m in ms.items():
+        forwards = forwards_at(runner, PARENTS, chain=5)
+        for name, m in time_in_turns(forwards, rounds=10).items():
             print(f"{name}: median {statistics.median(m):.1f} min {min(m):.1f} ms")
         if "profile" in sys.argv[1:]:
             from torch.profiler import profile
