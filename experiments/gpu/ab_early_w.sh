@@ -1,7 +1,9 @@
 # skinny_gemm.EARLY_W (each GEMM program's first weight tile loaded before its dependent-launch wait), on the H200:
 # the forward probe (graph replay of 0.6B / 8B / 1.7B, 1 token, each launch mode), the bit test, then an A/B through
 # the CLI: frontdoor.sh's batch-1 jobs (invariant kernels, the default) with the switch off and on, in turns, each
-# run a fresh process.  On the device:  bash experiments/gpu/ab_early_w.sh   (results in $OUT)
+# run a fresh process. The switch is not on main (slower, see README.md, "Tried and not landed: the first weight tile
+# before the wait"): first  git apply experiments/gpu/patches/early-w-tile.patch ; then on the device:
+#   bash experiments/gpu/ab_early_w.sh   (results in $OUT; run at f20b6d0, which had the patch applied)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
 export PYTHONPATH=/tmp/site:$PWD WANDB_MODE=disabled PYTHONUNBUFFERED=1
 t0=$(date +%s)

@@ -7,8 +7,6 @@ largest by name), so launch cost and kernel cost can be told apart. Since run 2 
 timed in each launch mode (`MODES`: plain launches and programmatic dependent launch of the GEMMs), alternating,
 with the logits compared bit for bit across modes; the profile is the last mode's. Run 2 also timed a third mode
 that prefetched the GEMMs' weights into L2 (probe_draft-run2.txt); it measured slower and was removed after 61df131.
-Run 3 (2026-12-04, twentieth session) adds "pdl+early": dependent launch with each GEMM program's first weight tile
-loaded before its wait (`skinny_gemm.EARLY_W`).
 
     python3 experiments/gpu/probe_draft.py > $OUT/probe_draft.txt
 """
@@ -24,10 +22,9 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).parent))
 from probe_common import alternate, capture, kernel_times, one_token_forward, run  # noqa: E402
 
-from specbench.kernels import skinny_gemm  # noqa: E402
 from specbench.kernels.decode import use_pdl  # noqa: E402
 
-MODES = ("plain", "pdl", "pdl+early")  # engine.pdl=false; dependent launch; and the first W tile before the wait
+MODES = ("plain", "pdl")  # engine.pdl=false; dependent launch
 
 
 def probe(name: str, dev: torch.device) -> None:
@@ -39,7 +36,6 @@ def probe(name: str, dev: torch.device) -> None:
     graphs, logits = {}, {}
     for mode in MODES:  # one graph per launch mode, captured over the same buffers; replays alternate below
         use_pdl(mode != "plain")
-        skinny_gemm.EARLY_W = mode == "pdl+early"
         graphs[mode], logits[mode] = capture(fwd)
     times = alternate(graphs)
     replay = times[MODES[-1]]

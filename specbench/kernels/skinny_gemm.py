@@ -42,18 +42,10 @@ if triton is not None:
     import triton.language as tl
 
     @triton.jit
-    def _w_tile(w_ptr, rn, n_ok, kk, K, stride_wn, EVEN_K: tl.constexpr):
-        """W's [BLOCK_N, BLOCK_K] tile at output rows rn and columns kk (zeros outside W)."""
-        ptrs = w_ptr + rn[:, None].to(tl.int64) * stride_wn + kk[None, :]
-        if EVEN_K:
-            return tl.load(ptrs, mask=n_ok[:, None], other=0.0)
-        return tl.load(ptrs, mask=n_ok[:, None] & (kk < K)[None, :], other=0.0)
-
-    @triton.jit
     def _skinny_kernel(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, k_per_split,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        PARTIAL: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, SILU: tl.constexpr,
-                       PDL: tl.constexpr, EARLY_W: tl.constexpr):
+                       PDL: tl.constexpr):
         pid_m = tl.program_id(0)  # fastest: the M tiles of one W tile run side by side
         pid_n = tl.program_id(1)
         pid_s = tl.program_id(2)
@@ -63,30 +55,22 @@ if triton is not None:
         n_ok = rn < N
         m_ok = rm < M
         k_lo = pid_s * k_per_split
+        if PDL:  # launched as a dependent: the kernel before this one may still be running
+            # (pulling W into L2 here, before the wait, was measured SLOWER on the H200: 8B graph replay 5.62 ms
+            # against 4.75, 0.6B 1.089 against 1.058, experiments/gpu/probe_draft-run2.txt; removed after 61df131)
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()  # every read of x and every write comes after this
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        k_from = k_lo
-        if EARLY_W:  # (PDL, no SILU) the first W tile is loaded before the wait: W is never written, so its latency
-            # may overlap the kernel before; the first product is the loop's first iteration, peeled, so the sum is
-            # the same chain in K order (bits unchanged)
-            w_first = _w_tile(w_ptr, rn, n_ok, k_lo + rk, K, stride_wn, EVEN_K)
-            tl.extra.cuda.gdc_launch_dependents()
-            tl.extra.cuda.gdc_wait()  # every read of x and every write comes after this
-            xt = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + (k_lo + rk)[None, :],
-                         mask=m_ok[:, None] & ((k_lo + rk)[None, :] < K), other=0.0)
-            acc += tl.dot(xt, tl.trans(w_first))
-            k_from = k_lo + BLOCK_K
-        elif PDL:  # launched as a dependent: the kernel before this one may still be running
-            # (pulling the program's whole share of W into L2 here, before the wait, was measured SLOWER on the H200:
-            # 8B graph replay 5.62 ms against 4.75, 0.6B 1.089 against 1.058, experiments/gpu/probe_draft-run2.txt)
-            tl.extra.cuda.gdc_launch_dependents()
-            tl.extra.cuda.gdc_wait()  # every read of x and every write comes after this
-        for k0 in range(k_from, k_lo + k_per_split, BLOCK_K):
+        for k0 in range(k_lo, k_lo + k_per_split, BLOCK_K):
             kk = k0 + rk
-            wt = _w_tile(w_ptr, rn, n_ok, kk, K, stride_wn, EVEN_K)
             if EVEN_K:
                 xmask = m_ok[:, None]
+                wt = tl.load(w_ptr + rn[:, None].to(tl.int64) * stride_wn + kk[None, :], mask=n_ok[:, None], other=0.0)
             else:
-                xmask = m_ok[:, None] & (kk < K)[None, :]
+                k_ok = kk < K
+                xmask = m_ok[:, None] & k_ok[None, :]
+                wt = tl.load(w_ptr + rn[:, None].to(tl.int64) * stride_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                             other=0.0)
             xt = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + kk[None, :], mask=xmask, other=0.0)
             if SILU:  # x is [gate | up] (2K wide): the input is silu(gate) * up, rounded as torch's bf16 ops round
                 up = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + K + kk[None, :], mask=xmask,
@@ -122,8 +106,6 @@ _TALL_CANDIDATES = [(64, 128, 8, 4), (64, 64, 4, 5), (64, 128, 4, 3), (32, 128, 
 _TUNED: dict[tuple, tuple] = {}
 ENABLED = True  # a switch for A/B measurements
 TUNE_FROM_HBM = True  # `_tune` times each candidate on weights read from HBM (`_weight_copies`); a switch for A/B
-# with dependent launch, load each program's first W tile before waiting for the kernel before (`_skinny_kernel`)
-EARLY_W = False
 FUSE_SILU = False  # silu(gate) * up in the down GEMM's prologue: measured SLOWER on the H200 (0.6B 1x1 1.32 vs 1.04 ms; 8B 6.96 vs 4.57 ms), off
 
 
@@ -206,7 +188,6 @@ def _launch(x, w, bias, cfg, may_split, silu=False, block_m=TILE_M):
         x, w, bias if bias is not None else w, out, m, n, k, x.stride(0), w.stride(0), k_per,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PARTIAL=split > 1, HAS_BIAS=bias is not None,
         EVEN_K=k % block_k == 0 and k_per % block_k == 0, SILU=silu, PDL=dependent,
-        EARLY_W=dependent and EARLY_W and not silu,
         num_warps=warps, num_stages=stages, **launch)
     return out
 

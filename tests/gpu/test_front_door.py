@@ -95,9 +95,8 @@ def test_logits_are_batch_invariant_8b():
 
 def test_dependent_launch_keeps_every_bit_06b():
     """engine.pdl: the GEMMs launched as programmatic dependents give the same logits, bit for bit, as plain
-    launches, with or without their first weight tile loaded before the wait (skinny_gemm.EARLY_W): 1-token and
-    5-token forwards at batch 3, eager and replayed from a graph."""
-    from specbench.kernels import decode, skinny_gemm
+    launches: 1-token and 5-token forwards at batch 3, eager and replayed from a graph."""
+    from specbench.kernels import decode
     from specbench.models.cuda_graphs import GraphedRunner
     from specbench.models.decoder import DecoderRunner
     from specbench.models.loading import load_model, resolve_spec
@@ -119,19 +118,15 @@ def test_dependent_launch_keeps_every_bit_06b():
         outs.append(runner(seqs[:, 35:40], pos[:, 35:40].contiguous(), attn_len=40).logits.clone())
         return outs
 
-    early = skinny_gemm.EARLY_W
     try:
         for graphs in (False, True):
+            decode.use_pdl(True)
+            on = logits(graphs)
             decode.use_pdl(False)
             off = logits(graphs)
-            decode.use_pdl(True)
-            for early_w in (False, True):
-                skinny_gemm.EARLY_W = early_w
-                on = logits(graphs)
-                assert all(torch.equal(a, b) for a, b in zip(on, off, strict=True)), (graphs, early_w)
+            assert all(torch.equal(a, b) for a, b in zip(on, off, strict=True)), f"graphs={graphs}"
     finally:
         decode.use_pdl(True)
-        skinny_gemm.EARLY_W = early
 
 
 def test_self_draft_is_exact_for_k_1_to_5_in_one_sweep_8b(tmp_path: Path):
