@@ -9,6 +9,7 @@
 #   bash experiments/drafters/pipeline.sh evals-data  # vocab's data plus human-written openai-evals requests (call 1 of 2)
 #   bash experiments/drafters/pipeline.sh evals   # (call 2) the shipped head's recipe on that set, then both heads' AL
 #   bash experiments/drafters/pipeline.sh soft    # (call 2 instead) that recipe with soft labels, then both heads' AL
+#   bash experiments/drafters/pipeline.sh nofeat  # (call 2 instead) soft's recipe without the feature loss (EAGLE-3)
 # The EAGLE heads before the soft stage were trained on the target's top-1 (strategy.soft_labels=false, the
 # default until 2026-12-03): their stages say so, so they still make the same heads.
 # Every stage has a time budget, so a command ends inside its limit; what a budget cut is printed with the
@@ -23,7 +24,7 @@
 # shipped checkpoints: for the calls that carry a GGUF part, move specbench/checkpoints/*/model.safetensors out of
 # the checkout and put them back after (no stage reads them).
 set -euo pipefail
-stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft}
+stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
 G=$PWD/.cache/gpu
 RUN=$G/run
@@ -121,7 +122,7 @@ if [ "$stage" = eagle3 ]; then
   split -b 15M "$RUN/e3.tgz" "$OUT/e3.tgz.part_"
 fi
 
-if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ]; then
+if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [ "$stage" = nofeat ]; then
   # (issue 13 item 3) the shipped head's recipe (vocab: 2 responses per prompt, draft vocabulary 8192, 3-step
   # training-time test) on its prompts plus 10,635 human-written requests from OpenAI's evals registry
   # (prompts/openai_evals.jsonl.gz, `python -m specbench.train.prompts --magpie 0 --code 0 --evals -1`). The set is
@@ -136,21 +137,26 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ]; the
   if [ "$stage" = evals-data ]; then
     py -m specbench.train $EV train.steps=$((STEPS * 10 / 3)) train.stop_after=1 \
         data.time_budget_s=${DATA_BUDGET_S:-540} output_dir=$RUN/evals-data | grep -E "^distillation" | tail -4
-  elif [ "$stage" = soft ]; then
+  elif [ "$stage" = soft ] || [ "$stage" = nofeat ]; then
     # 2026-12-03 (twelfth session): the shipped head's exact recipe (evals: this set, 6000 steps, seed 0) with one
     # change, strategy.soft_labels=true: the token loss is a cross-entropy to the target's distribution over the draft
     # vocabulary (its LM head over the cached final-norm feature), as EAGLE and EAGLE-3 train, not to its top-1. Then
     # both heads in one sweep: the chain at T = 0 and T = 1, and EAGLE-2's dynamic tree at T = 0.
-    # AB=1 (when the data set is smaller than the shipped head's): train a top-1 head too, same data and steps
-    heads=eagle-smollm2-135m
-    for v in soft:true ${AB:+hard:false}; do
+    # AB=1 (when the data set is smaller than the shipped head's): train a top-1 head too, same data and steps.
+    # nofeat (2026-12-04, twentieth session): soft's recipe (the shipped head's) with one change, strategy.w_feature=0:
+    # no smooth-L1 loss on the head's output feature, only the token loss, as EAGLE-3 trains (its training-time test
+    # feeds the head its own outputs, so they need not imitate the target's features)
+    heads=${BASE_HEADS-eagle-smollm2-135m}  # BASE_HEADS= : only the new head (a call that left the checkpoints out)
+    runs="soft:strategy.soft_labels=true ${AB:+hard:strategy.soft_labels=false}"
+    [ "$stage" = nofeat ] && runs="nofeat:strategy.w_feature=0"
+    for v in $runs; do
       name=${v%%:*}
-      py -m specbench.train $EV strategy.soft_labels=${v#*:} train.steps=${EVALS_STEPS:-$((STEPS * 5))} \
+      py -m specbench.train $EV strategy.soft_labels=true ${v#*:} train.steps=${EVALS_STEPS:-$((STEPS * 5))} \
           train.time_budget_s=${TRAIN_BUDGET_S:-360} data.time_budget_s=0 output_dir=$RUN/$name \
           | tee "$RUN/$name.log" | grep -v "train eagle:" | tail -8
       tar czf "$RUN/$name.tgz" -C "$RUN" $name.log $name/checkpoint $name/metrics.jsonl
       split -b 15M "$RUN/$name.tgz" "$OUT/$name.tgz.part_"
-      heads=$heads,$RUN/$name/checkpoint
+      heads=${heads:+$heads,}$RUN/$name/checkpoint
     done
     AL="logger=none baseline=false engine.batch_size=164 max_new_tokens=$GEN engine.dtype=float32 engine.cuda_graphs=false
         engine.warmup=false engine.device=$DEV dataset=mt-bench,humaneval $NP
@@ -158,10 +164,10 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ]; the
     for sweep in "chain:strategy.k=3 sampling.temperature=0,1" \
                  "tree:strategy.tree=dynamic strategy.top_k=4 strategy.num_nodes=8 strategy.k=4 sampling.temperature=0"; do
       left=$((DEADLINE - SECONDS))
-      timeout $((left > 15 ? left : 15)) python3 -m specbench -m $AL ${sweep#*:} hydra.sweep.dir=$RUN/soft-al/${sweep%%:*} \
+      timeout $((left > 15 ? left : 15)) python3 -m specbench -m $AL ${sweep#*:} hydra.sweep.dir=$RUN/$stage-al/${sweep%%:*} \
           2>&1 | tr '\r' '\n' | grep -E "^results:|acceptance length|Error" || true
     done
-    tar czf "$OUT/soft-al.tgz" -C "$RUN" soft-al
+    tar czf "$OUT/$stage-al.tgz" -C "$RUN" $stage-al
   else
     py -m specbench.train $EV train.steps=${EVALS_STEPS:-$((STEPS * 5))} train.time_budget_s=${TRAIN_BUDGET_S:-330} \
         data.time_budget_s=0 output_dir=$RUN/ev | tee "$RUN/ev.log" | grep -v "train eagle:" | tail -8
