@@ -37,7 +37,8 @@ def main(checkpoint: str, outputs: str, n: int = 20) -> None:
         top1 = out.logits[0].argmax(-1)  # [N]: y_i predicts x_{i+1}
         confidence.append(out.logits[0, plen - 1 : length - 1].softmax(-1).max(-1).values)
         # pair i = (f_i, x_{i+1}) predicts y_{i+1}, for i = 0 .. N-3
-        pred = head.lm_head(head(out.hidden[:, :-2], tokens[:, 1:-1], torch.arange(length - 2)[None]))[0].argmax(-1)
+        # logits(): a reduced draft vocabulary's ids land at their target ids (lm_head alone gives draft ids)
+        pred = head.logits(head(out.hidden[:, :-2], tokens[:, 1:-1], torch.arange(length - 2)[None]))[0].argmax(-1)
         for i, ok in enumerate((pred == top1[1:-1]).tolist()):
             side = hits["response" if i + 1 >= plen else "prompt"]
             side[0] += ok

@@ -161,8 +161,10 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
     AL="logger=none baseline=false engine.batch_size=164 max_new_tokens=$GEN engine.dtype=float32 engine.cuda_graphs=false
         engine.warmup=false engine.device=$DEV dataset=mt-bench,humaneval $NP
         strategy.checkpoint=$heads hydra.sweep.subdir=\${hydra.job.num}"
-    for sweep in "chain:strategy.k=3 sampling.temperature=0,1" \
-                 "tree:strategy.tree=dynamic strategy.top_k=4 strategy.num_nodes=8 strategy.k=4 sampling.temperature=0"; do
+    # strategy=eagle in both: the default strategy is eagle_tree since 2026-12-03 (fifteenth session), so without it
+    # the "chain" ran the default's small tree (the nofeat run of 2026-12-04 did; experiments/drafters/README.md)
+    for sweep in "chain:strategy=eagle strategy.k=3 sampling.temperature=0,1" \
+                 "tree:strategy=eagle strategy.tree=dynamic strategy.top_k=4 strategy.num_nodes=8 strategy.k=4 sampling.temperature=0"; do
       left=$((DEADLINE - SECONDS))
       timeout $((left > 15 ? left : 15)) python3 -m specbench -m $AL ${sweep#*:} hydra.sweep.dir=$RUN/$stage-al/${sweep%%:*} \
           2>&1 | tr '\r' '\n' | grep -E "^results:|acceptance length|Error" || true
@@ -176,7 +178,7 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
     left=$((DEADLINE - SECONDS))
     timeout $((left > 15 ? left : 15)) python3 -m specbench -m logger=none baseline=false engine.batch_size=164 \
         max_new_tokens=$GEN engine.dtype=float32 engine.cuda_graphs=false engine.warmup=false engine.device=$DEV \
-        dataset=mt-bench,humaneval $NP strategy.k=3 sampling.temperature=0 \
+        dataset=mt-bench,humaneval $NP strategy=eagle strategy.k=3 sampling.temperature=0 \
         strategy.checkpoint=eagle-smollm2-135m,$RUN/ev/checkpoint hydra.sweep.dir=$RUN/ev-al \
         'hydra.sweep.subdir=${hydra.job.num}' 2>&1 | tr '\r' '\n' | grep -E "^results:|acceptance length|Error" || true
     tar czf "$OUT/ev-al.tgz" -C "$RUN" ev-al
