@@ -1,7 +1,8 @@
-"""The acceptance-length regression gate (issue 13): the shipped EAGLE head on the packaged SmolLM2-135M must keep
-the acceptance length committed in tests/al_gate.json within its tolerance (2%), so that a change which silently
-hurts drafting (a wrong feature alignment, a broken catch-up, a cache rolled back too far) fails CI even though
-the output stays lossless.
+"""The acceptance-length regression gates (issue 13): the shipped EAGLE head on the packaged SmolLM2-135M must keep
+the acceptance lengths committed in tests/al_gate.json within their tolerance (2%), drafting a chain and drafting the
+default's tree (since the twentieth session), so that a change which silently hurts drafting (a wrong feature
+alignment, a broken catch-up, a cache rolled back too far, a tree expansion that keeps the wrong nodes) fails CI even
+though the output stays lossless.
 
 To see it fail once: SPECBENCH_AL_GATE_CHECKPOINT=random python -m pytest tests/test_al_gate.py (AL 1.00).
 After a deliberate change to the head or the drafting loop, re-measure and update al_gate.json in the same commit.
@@ -19,19 +20,20 @@ from hydra import compose, initialize_config_dir
 from specbench.config import CONF_DIR
 from specbench.run import run
 
-GATE = json.loads(Path(__file__).with_name("al_gate.json").read_text())
+GATES = json.loads(Path(__file__).with_name("al_gate.json").read_text())
 
 
 @pytest.mark.slow
-def test_the_shipped_eagle_head_keeps_its_acceptance_length(tmp_path: Path):
-    overrides = list(GATE["overrides"])
+@pytest.mark.parametrize("gate", GATES["gates"], ids=lambda g: g["name"])
+def test_the_shipped_eagle_head_keeps_its_acceptance_length(tmp_path: Path, gate: dict):
+    overrides = list(gate["overrides"])
     checkpoint = os.environ.get("SPECBENCH_AL_GATE_CHECKPOINT")
     if checkpoint:  # show the gate failing: another head in place of the shipped one
         overrides = [o for o in overrides if not o.startswith("strategy.checkpoint=")] + [f"strategy.checkpoint={checkpoint}"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*overrides, f"+output_dir={tmp_path}"])
     results = run(cfg).results
-    al, want = results["strategy"]["acceptance_length"], GATE["acceptance_length"]
-    assert abs(al - want) <= GATE["tolerance"] * want, (
-        f"acceptance length {al:.4f}, committed {want:.4f} (tolerance {GATE['tolerance']:.0%}); "
+    al, want, tolerance = results["strategy"]["acceptance_length"], gate["acceptance_length"], GATES["tolerance"]
+    assert abs(al - want) <= tolerance * want, (
+        f"{gate['name']}: acceptance length {al:.4f}, committed {want:.4f} (tolerance {tolerance:.0%}); "
         f"drafting got {'worse' if al < want else 'better'}. If that is intended, update tests/al_gate.json")
