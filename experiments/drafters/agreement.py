@@ -13,12 +13,25 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
 from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import load_model, resolve_spec
 from specbench.strategies.eagle import load_eagle_head
+
+
+def teacher_forced(runner: DecoderRunner, outputs: str, n: int) -> Iterator[tuple[torch.Tensor, int, Any]]:
+    """For the first n rows of a run's outputs.jsonl: the tokens [1, N] (prompt + output), the prompt's length, and
+    one target forward over them with its final-norm features (`out.logits` [1, N, V], `out.hidden` [1, N, H])."""
+    for row in [json.loads(line) for line in open(outputs)][:n]:
+        ids = row["prompt_token_ids"] + row["output_token_ids"]
+        runner.allocate(1, len(ids))
+        tokens = torch.tensor([ids])
+        yield tokens, len(row["prompt_token_ids"]), runner(tokens, torch.arange(len(ids))[None], attn_len=len(ids),
+                                                           want_hidden=True)
 
 
 @torch.inference_mode()
@@ -28,12 +41,8 @@ def main(checkpoint: str, outputs: str, n: int = 20) -> None:
     runner = DecoderRunner(target.model)
     hits = {"prompt": [0, 0], "response": [0, 0]}
     confidence = []
-    for row in [json.loads(line) for line in open(outputs)][:n]:
-        ids = row["prompt_token_ids"] + row["output_token_ids"]
-        length, plen = len(ids), len(row["prompt_token_ids"])
-        runner.allocate(1, length)
-        tokens = torch.tensor([ids])
-        out = runner(tokens, torch.arange(length)[None], attn_len=length, want_hidden=True)
+    for tokens, plen, out in teacher_forced(runner, outputs, n):
+        length = tokens.shape[1]
         top1 = out.logits[0].argmax(-1)  # [N]: y_i predicts x_{i+1}
         confidence.append(out.logits[0, plen - 1 : length - 1].softmax(-1).max(-1).values)
         # pair i = (f_i, x_{i+1}) predicts y_{i+1}, for i = 0 .. N-3

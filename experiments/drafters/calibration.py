@@ -14,10 +14,10 @@ entropy of q and of p.
 
 from __future__ import annotations
 
-import json
 import sys
 
 import torch
+from agreement import teacher_forced  # this script's folder is on sys.path
 
 from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import load_model, resolve_spec
@@ -31,12 +31,8 @@ def main(outputs: str, n: int, checkpoints: list[str]) -> None:
     runner = DecoderRunner(target.model)
     sums = {c: torch.zeros(7, dtype=torch.float64) for c in checkpoints}  # top-1, top-2, top-4, overlap, p(top-2), max q, H(q)
     p_stats, count = torch.zeros(2, dtype=torch.float64), 0
-    for row in [json.loads(line) for line in open(outputs)][:n]:
-        ids = row["prompt_token_ids"] + row["output_token_ids"]
-        length, plen = len(ids), len(row["prompt_token_ids"])
-        runner.allocate(1, length)
-        tokens = torch.tensor([ids])
-        out = runner(tokens, torch.arange(length)[None], attn_len=length, want_hidden=True)
+    for tokens, plen, out in teacher_forced(runner, outputs, n):
+        length = tokens.shape[1]
         # pair i = (f_i, x_{i+1}) predicts the target's distribution at i+1; response pairs: i + 1 >= plen
         lo = plen - 1
         p = out.logits[0, lo + 1 : length - 1].softmax(-1)  # [R, V]
