@@ -88,28 +88,55 @@ def test_continuous_batching_refills_slots_and_times_requests_from_admission():
     assert [r.output_ids for r in rows] == [e[:1] for e in expected] and timing.steps == 0
 
 
+class _FakeClock:
+    """Test double for time.perf_counter: each reading advances it by a microsecond, `advance` by as much as asked, so
+    the engine's timing of the phases is exact whatever else the machine runs."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 1e-6
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+INGESTION_S = 1000.0  # what the slow ingestion below costs on the fake clock
+
+
 class _SlowIngestion(DraftModelProposer):
-    """Test double: a draft model whose ingestion of the prompts (its own prefill) takes a known 0.3 s longer."""
+    """Test double: a draft model whose ingestion of the prompts (its own prefill) takes INGESTION_S longer on the
+    fake clock."""
+
+    clock: _FakeClock
 
     def start(self, state, prefill_hidden):
-        time.sleep(0.3)
+        self.clock.advance(INGESTION_S)
         super().start(state, prefill_hidden)
 
 
-def test_a_draft_models_prefill_is_prefill_time_not_decode_time():
+def test_a_draft_models_prefill_is_prefill_time_not_decode_time(monkeypatch):
     """The drafter reading the prompts (proposer.start) is timed as prefill, as under continuous batching, so the
-    whole-batch decode throughput counts decode steps only; the rows' TTFT stays the target's first token."""
+    whole-batch decode throughput counts decode steps only; the rows' TTFT stays the target's first token. On a fake
+    clock (the engine reads time.perf_counter): a wall-clock bound failed once on a loaded machine."""
+    clock = _FakeClock()
+    monkeypatch.setattr(time, "perf_counter", clock.perf_counter)
     target = tiny("tiny-llama")
     ctx = _ctx(target, perturbed(target, 0.3))
-    engine = Engine(ctx.target_runner, _SlowIngestion(ctx, k=3), Verifier(SamplingParams(), CPU), max_new_tokens=8,
+    proposer = _SlowIngestion(ctx, k=3)
+    proposer.clock = clock
+    engine = Engine(ctx.target_runner, proposer, Verifier(SamplingParams(), CPU), max_new_tokens=8,
                     eos_ids=set(), device=CPU)
     rows, timing = engine.generate(ragged_prompts(target.vocab_size)[:3])
-    assert timing.draft_prefill_s >= 0.3 and timing.prefill_s >= timing.draft_prefill_s + max(r.ttft_s for r in rows)
-    assert all(r.ttft_s < 0.3 for r in rows)  # the first token does not wait for the drafter
-    assert timing.total_s - timing.prefill_s < 0.3  # decode time: the steps, without the drafter's prefill
+    assert timing.draft_prefill_s >= INGESTION_S
+    assert timing.prefill_s >= timing.draft_prefill_s + max(r.ttft_s for r in rows)
+    assert all(r.ttft_s < INGESTION_S for r in rows)  # the first token does not wait for the drafter
+    assert timing.total_s - timing.prefill_s < INGESTION_S  # decode time: the steps, without the drafter's prefill
     rows, timing = Engine(ctx.target_runner, TargetOnly(ctx), Verifier(SamplingParams(), CPU), max_new_tokens=8,
                           eos_ids=set(), device=CPU).generate(ragged_prompts(target.vocab_size)[:3])
-    assert timing.draft_prefill_s < 0.05  # nothing to ingest
+    assert timing.draft_prefill_s < 1.0  # nothing to ingest (a reading of the fake clock is a microsecond)
 
 
 @pytest.mark.slow
