@@ -136,7 +136,7 @@ def test_a_draft_models_prefill_is_prefill_time_not_decode_time(monkeypatch):
     assert timing.total_s - timing.prefill_s < INGESTION_S  # decode time: the steps, without the drafter's prefill
     rows, timing = Engine(ctx.target_runner, TargetOnly(ctx), Verifier(SamplingParams(), CPU), max_new_tokens=8,
                           eos_ids=set(), device=CPU).generate(ragged_prompts(target.vocab_size)[:3])
-    assert timing.draft_prefill_s < 1.0  # nothing to ingest (a reading of the fake clock is a microsecond)
+    assert timing.draft_prefill_s < 0.05  # nothing to ingest
 
 
 @pytest.mark.slow
