@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from specbench_testing import chisquare_pvalue, tree_resample_from_p
+from specbench.strategies.trees import sample_children
 from specbench.verify import (greedy_tree_verify, greedy_verify, raise_if_not_topological, rejection_sample, sample_from,
                               tree_rejection_sample)
 
@@ -100,15 +101,22 @@ V = 6
 ROWS = 40_000
 
 
-def _two_level(g: torch.Generator, sampled: bool):
+def _two_level(g: torch.Generator, sampled: bool | str):
     """A target over two tokens: p1 after the pending token, p2[x] after first token x; a draft q1, q2[x]. Each row
-    drafts a tree of 2 first-level children (independent draws from q1, or the two most likely under q1, one-hot)
-    with 2 children each (draws from q2[parent] or its top 2): 6 nodes in topological order."""
+    drafts a tree of 2 first-level children (independent draws from q1, or the two most likely under q1, one-hot, or
+    with sampled="without-replacement" two draws without replacement as trees.sample_children makes them, each with
+    the q it was drawn from) with 2 children each (the same from q2[parent]): 6 nodes in topological order."""
     p1 = torch.softmax(torch.randn(V, generator=g) * 1.5, -1)
     p2 = torch.softmax(torch.randn(V, V, generator=g) * 1.5, -1)
     q1 = torch.softmax(torch.randn(V, generator=g) * 1.5, -1)
     q2 = torch.softmax(torch.randn(V, V, generator=g) * 1.5, -1)
     parents = torch.tensor([-1, -1, 0, 0, 1, 1]).expand(ROWS, 6)
+    if sampled == "without-replacement":
+        first, q_first = sample_children(q1.expand(ROWS, V), 2, g)  # [B, 2], [B, 2, V]
+        second, q_second = sample_children(q2[first], 2, g)  # [B, 2, 2], [B, 2, 2, V]
+        tokens = torch.cat([first, second.reshape(ROWS, 4)], 1)
+        target = torch.stack([p1.expand(ROWS, V)] + [p2[tokens[:, i]] for i in range(6)], 1)
+        return p1, p2, tokens, parents, torch.cat([q_first, q_second.reshape(ROWS, 4, V)], 1), target
     if sampled:
         first = torch.multinomial(q1, 2 * ROWS, replacement=True, generator=g).view(ROWS, 2)
         second = torch.stack([torch.multinomial(q2[first[:, i]], 2, replacement=True, generator=g) for i in range(2)], 1)
@@ -138,7 +146,8 @@ def _pvalues(p1, p2, first, second, has_second) -> list[float]:
     return pv
 
 
-@pytest.mark.parametrize("sampled", [True, False], ids=["iid-draws-with-q", "top2-one-hot"])
+@pytest.mark.parametrize("sampled", [True, "without-replacement", False],
+                         ids=["iid-draws-with-q", "draws-without-replacement", "top2-one-hot"])
 def test_tree_rejection_sampling_keeps_the_target_distribution(sampled):
     g = torch.Generator().manual_seed(3)
     p1, p2, tokens, parents, qs, target = _two_level(g, sampled)
@@ -204,3 +213,30 @@ def _tree_layout_loop(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
         mask[:, i + 1] = mask[rows, up]
         mask[:, i + 1, i + 1] = True
     return depth, mask
+
+
+def test_sample_children_draws_without_replacement_and_returns_each_draws_q():
+    """trees.sample_children: distinct tokens in draw order; row j is q without the earlier draws, renormalised (one-hot
+    where q is exhausted); the first draw follows q and the second q without the first (chi-square)."""
+    g = torch.Generator().manual_seed(5)
+    q = torch.softmax(torch.randn(3, V, generator=g) * 1.5, -1)
+    q[2] = 0.0
+    q[2, 4] = 1.0  # one token only: the second draw has nothing left
+    tokens, rows = sample_children(q, 2, g)
+    assert tokens.shape == (3, 2) and rows.shape == (3, 2, V)
+    assert (tokens[:, 0] != tokens[:, 1]).all()
+    torch.testing.assert_close(rows.sum(-1), torch.ones(3, 2))
+    for b in range(2):
+        torch.testing.assert_close(rows[b, 0], q[b])
+        rest = q[b].clone()
+        rest[tokens[b, 0]] = 0
+        torch.testing.assert_close(rows[b, 1], rest / rest.sum())
+    assert rows[2, 1, tokens[2, 1]] == 1.0 and tokens[2, 0] == 4
+    many = torch.softmax(torch.randn(V, generator=g), -1).expand(ROWS, V)
+    drawn, _ = sample_children(many, 2, g)
+    assert chisquare_pvalue(np.bincount(drawn[:, 0].numpy(), minlength=V), many[0].numpy()) > 1e-4
+    x0 = int(many[0].argmax())
+    second = drawn[drawn[:, 0] == x0, 1]
+    rest = many[0].clone()
+    rest[x0] = 0
+    assert chisquare_pvalue(np.bincount(second.numpy(), minlength=V), (rest / rest.sum()).numpy()) > 1e-4

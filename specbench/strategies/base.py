@@ -466,6 +466,11 @@ class Proposer(ABC):
             self.seen = list(state.lengths_host)
         # 2) draft: one forward gave K (parallel), or feed d_i back for the next (d_K never needs the cache), or
         #    grow a static or dynamic tree from the catch-up's distribution, one forward per depth (trees.py)
+        if self.tree == "dynamic" and self.samples and not self.sampling.greedy:  # drawn from q, verified with it
+            tokens, parents, probs = trees.expand_dynamic_sampled(
+                self._feed, out, state.lengths[:, None], state.lengths_host, k, self.top_k, self.num_nodes,
+                lambda logits: logits_to_probs(logits, self.sampling), self.generator)
+            return Draft(tokens=tokens, parents=parents, probs=probs)
         if self.tree == "dynamic":
             stop = self._path_stop(state.active) if self.k_schedule == "confidence" else None
             tokens, parents = trees.expand_dynamic(self._feed, out, state.lengths[:, None], state.lengths_host, k,

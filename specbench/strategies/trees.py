@@ -7,14 +7,21 @@
 | chain | k | the top-1 (or, at T > 0, sampled) token at each depth |
 | topk | k * top_k | the chain, plus its top_k - 1 runners-up at every depth as leaves (a lookup strategy: up to top_k looked-up continuations as branches) |
 | static | len(tree_choices) | a fixed tree (EAGLE-1's; Medusa's sparse tree): node (r1, ..., rd) is the rank-rd token after node (r1, ..., rd-1) |
-| dynamic | num_nodes | EAGLE-2 (arXiv 2406.16858): per depth, expand the top_k nodes of highest cumulative draft log-probability into their top_k children; keep the num_nodes likeliest of all nodes made |
+| dynamic | num_nodes | EAGLE-2 (arXiv 2406.16858): per depth, expand the top_k nodes of highest cumulative draft log-probability into their top_k children; keep the num_nodes likeliest of all nodes made (at T > 0, a sampling drafter draws the children instead: below) |
 
 Static and dynamic trees of a chain drafter (draft_model, eagle, layer_skip) feed each depth's frontier in one draft
 forward: the frontier goes to scratch slots past each row's tokens (L, L+1, ...), every node seeing its own
 ancestors (`tree_path`, the slots of its ancestors from the pending token down), and the next catch-up overwrites
 them. A parallel drafter (Medusa) drafts a static tree from its heads alone: node (r1, ..., rd) is head d's
-rank-rd token, whatever its parent. Every node of a static or dynamic tree is a deterministic pick, so the verifier
-treats the tree as one-hot drafts: lossless at any temperature.
+rank-rd token, whatever its parent. Every node of a static tree, and of a dynamic tree at T = 0, is a deterministic
+pick, so the verifier treats the tree as one-hot drafts: lossless at any temperature.
+
+At T > 0 a sampling drafter's dynamic tree is drawn instead (`expand_dynamic_sampled`): each expanded node's
+children are draws from its q without replacement, each returned with the distribution it was drawn from (q with the
+earlier siblings removed, renormalised), and the verifier's recursive rule accepts them as a sampled chain's drafts
+are accepted (min(1, p/q)), not one-hot. The tree's shape may not depend on what was drawn below an expanded node, so
+nothing is pruned afterwards: the node budget is spent choosing which nodes to expand, best cumulative draft
+probability first, and every child of an expanded node is kept (the last one expanded may get fewer, by count).
 
 The functions here work on tensors and a `feed` callable (the base's draft forward); they know nothing of the
 engine.
@@ -197,6 +204,63 @@ def expand_dynamic(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: l
     index = torch.full_like(all_parents, -1).scatter_(1, keep, torch.arange(num_nodes, device=dev).expand(bsz, -1))
     old = all_parents.gather(1, keep)
     return all_toks.gather(1, keep), torch.where(old >= 0, index.gather(1, old.clamp(min=0)), -1)
+
+
+def sample_children(q: torch.Tensor, w: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """w draws without replacement from q [..., V] (Gumbel-top-w: in draw order, each drawn from what the earlier
+    left), and the distribution each was drawn from [..., w, V]: q with the earlier draws removed, renormalised.
+    Where nothing is left (q has fewer than w tokens), the draw is one-hot at its token: the verifier then accepts it
+    with probability r(x) and removes it, which keeps the rule lossless."""
+    gumbel = -torch.empty_like(q).exponential_(generator=generator).log()
+    tokens = (q.log() + gumbel).topk(w, dim=-1).indices  # [..., w]; a token with q = 0 only once q is exhausted
+    rows, left = [], q
+    for j in range(w):
+        x = tokens[..., j : j + 1]
+        mass = left.sum(-1, keepdim=True)
+        drawn = (left.gather(-1, x) > 0) & (mass > 0)
+        one_hot = torch.zeros_like(q).scatter_(-1, x, 1.0)
+        rows.append(torch.where(drawn, left / mass.clamp_min(torch.finfo(q.dtype).tiny), one_hot))
+        left = left.scatter(-1, x, 0.0)
+    return tokens, torch.stack(rows, -2)
+
+
+def expand_dynamic_sampled(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: list[int], k: int, w: int,
+                           num_nodes: int, to_probs: Callable[[torch.Tensor], torch.Tensor],
+                           generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A dynamic tree drawn at T > 0 (module docstring) from the catch-up forward `root`; `to_probs` turns draft
+    logits [..., V] into q at the sampling settings. Returns (tokens, parents, probs) [B, N], [B, N], [B, N, V]
+    with N = num_nodes (at most k deep), topological, each node's children consecutive in draw order."""
+    bsz, dev = lengths.shape[0], lengths.device
+    attn_len = max(lengths_host) + (k - 1) * w
+    q = to_probs(root.logits[:, -1].float())  # [B, V]
+    first = min(w, num_nodes)
+    tok, rows = sample_children(q, first, generator)  # [B, c], [B, c, V]
+    score = q.gather(1, tok).log()  # cumulative log draft probability of each frontier node
+    toks, probs, parents = [tok], [rows], [torch.full_like(tok, -1)]
+    ids = torch.arange(first, device=dev).expand(bsz, first)  # the frontier's node ids
+    path = (lengths - 1)[..., None].expand(bsz, first, 1)  # [B, F, d]: each frontier node's ancestors' slots
+    hidden = None if root.hidden is None else root.hidden[:, -1:].expand(-1, first, -1)  # its parent's output
+    made, depth = first, 1
+    while made < num_nodes and depth < k:
+        left = num_nodes - made
+        e = min(tok.shape[1], w, -(-left // w))  # nodes to expand (at most w: each depth's w scratch slots)
+        best = score.topk(e, dim=-1).indices  # [B, e]; a choice by the expanded nodes' own draws only
+        take = lambda t: t.gather(1, best[..., None].expand(-1, -1, t.shape[-1]))  # noqa: E731
+        out, fed_path = _frontier_forward(feed, tok.gather(1, best), depth, None if hidden is None else take(hidden),
+                                          take(path), lengths, (depth - 1) * w, attn_len)
+        q = to_probs(out.logits.float())  # [B, e, V]
+        child, rows = sample_children(q, w, generator)  # [B, e, w], [B, e, w, V]
+        n = min(e * w, left)  # the last expanded node keeps a prefix of its draws, by count
+        tok = child.flatten(1)[:, :n]
+        score = (score.gather(1, best)[..., None] + q.gather(2, child).log()).flatten(1)[:, :n]
+        toks.append(tok)
+        probs.append(rows.flatten(1, 2)[:, :n])
+        parents.append(ids.gather(1, best)[..., None].expand(-1, -1, w).flatten(1)[:, :n])
+        ids = made + torch.arange(n, device=dev).expand(bsz, n)
+        path = fed_path.repeat_interleave(w, dim=1)[:, :n]  # a child's ancestors: its parent's path and slot
+        hidden = None if out.hidden is None else out.hidden.repeat_interleave(w, dim=1)[:, :n]
+        made, depth = made + n, depth + 1
+    return torch.cat(toks, 1), torch.cat(parents, 1), torch.cat(probs, 1)
 
 
 def expand_static(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: list[int],

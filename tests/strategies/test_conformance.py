@@ -184,13 +184,13 @@ def test_a_self_draft_accepts_every_token_under_continuous_batching(strategy, ex
 
 
 def _self_draft_tree(extra: dict, temperature: float) -> dict:
-    """A static or dynamic tree's nodes are deterministic picks (one-hot drafts): a self-draft's are all accepted
-    only at T = 0, and then its top-1 path is the greedy chain (dynamic: one wide, so that it is drafted whole)."""
-    if extra.get("tree") in ("dynamic", "static"):
-        if temperature > 0:
-            pytest.skip("a static or dynamic tree drafts one-hot picks: at T > 0 the target may reject its own argmax")
-        if extra["tree"] == "dynamic":
-            return {**extra, "top_k": 1, "num_nodes": 3}
+    """A static tree's nodes are deterministic picks (one-hot drafts): a self-draft's are all accepted only at T = 0,
+    and then its top-1 path is the greedy chain. A dynamic tree is drafted from q at T > 0 (trees.expand_dynamic_sampled),
+    so a self-draft's first child is always accepted: one wide, it is a chain drafted whole at any temperature."""
+    if extra.get("tree") == "static" and temperature > 0:
+        pytest.skip("a static tree drafts one-hot picks: at T > 0 the target may reject its own argmax")
+    if extra.get("tree") == "dynamic":
+        return {**extra, "top_k": 1, "num_nodes": 3}
     return extra
 
 
