@@ -466,13 +466,13 @@ class Proposer(ABC):
             self.seen = list(state.lengths_host)
         # 2) draft: one forward gave K (parallel), or feed d_i back for the next (d_K never needs the cache), or
         #    grow a static or dynamic tree from the catch-up's distribution, one forward per depth (trees.py)
+        stop = self._path_stop(state.active) if self.tree == "dynamic" and self.k_schedule == "confidence" else None
         if self.tree == "dynamic" and self.samples and not self.sampling.greedy:  # drawn from q, verified with it
-            tokens, parents, probs = trees.expand_dynamic_sampled(
+            tokens, parents, probs, self.step_k = trees.expand_dynamic_sampled(
                 self._feed, out, state.lengths[:, None], state.lengths_host, k, self.top_k, self.num_nodes,
-                lambda logits: logits_to_probs(logits, self.sampling), self.generator)
+                lambda logits: logits_to_probs(logits, self.sampling), self.generator, stop=stop)
             return Draft(tokens=tokens, parents=parents, probs=probs)
         if self.tree == "dynamic":
-            stop = self._path_stop(state.active) if self.k_schedule == "confidence" else None
             tokens, parents = trees.expand_dynamic(self._feed, out, state.lengths[:, None], state.lengths_host, k,
                                                    self.top_k, self.num_nodes, stop=stop)
             return Draft(tokens=tokens, parents=parents)
@@ -575,7 +575,8 @@ class Proposer(ABC):
 
     def _path_stop(self, active: torch.Tensor):
         """k_schedule=confidence, tree=dynamic: stop expanding when every active row's likeliest frontier path has a
-        cumulative draft probability under the threshold (trees.expand_dynamic asks once the tree holds num_nodes)."""
+        cumulative draft probability under the threshold (trees.expand_dynamic asks once the tree holds num_nodes;
+        expand_dynamic_sampled, at T > 0, before each deeper expansion, and then goes wider)."""
         log_t = math.log(self.confidence_threshold)
 
         def stop(score: torch.Tensor, depth: int) -> bool:  # score [B, w]: log path probabilities of the frontier

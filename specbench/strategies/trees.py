@@ -21,7 +21,8 @@ children are draws from its q without replacement, each returned with the distri
 earlier siblings removed, renormalised), and the verifier's recursive rule accepts them as a sampled chain's drafts
 are accepted (min(1, p/q)), not one-hot. The tree's shape may not depend on what was drawn below an expanded node, so
 nothing is pruned afterwards: the node budget is spent choosing which nodes to expand, best cumulative draft
-probability first, and every child of an expanded node is kept (the last one expanded may get fewer, by count).
+probability first, and every child of an expanded node is kept (the last one expanded may get fewer, by count). A
+confidence stop spends what is left on more of the pending token's draws.
 
 The functions here work on tensors and a `feed` callable (the base's draft forward); they know nothing of the
 engine.
@@ -206,42 +207,67 @@ def expand_dynamic(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: l
     return all_toks.gather(1, keep), torch.where(old >= 0, index.gather(1, old.clamp(min=0)), -1)
 
 
-def sample_children(q: torch.Tensor, w: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """w draws without replacement from q [..., V] (Gumbel-top-w: in draw order, each drawn from what the earlier
-    left), and the distribution each was drawn from [..., w, V]: q with the earlier draws removed, renormalised.
-    Where nothing is left (q has fewer than w tokens), the draw is one-hot at its token: the verifier then accepts it
-    with probability r(x) and removes it, which keeps the rule lossless."""
+def draw_order(q: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:
+    """n draws without replacement from q [..., V], in draw order (Gumbel-top-n: each is drawn from what the earlier
+    left); a token with q = 0 comes only once q is exhausted."""
     gumbel = -torch.empty_like(q).exponential_(generator=generator).log()
-    tokens = (q.log() + gumbel).topk(w, dim=-1).indices  # [..., w]; a token with q = 0 only once q is exhausted
+    return (q.log() + gumbel).topk(n, dim=-1).indices
+
+
+def draw_rows(q: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The distribution each of draw_order's tokens [..., w] was drawn from [..., w, V]: q with the earlier draws
+    removed, renormalised. Where nothing is left, one-hot at the token: the verifier then accepts it with probability
+    r(x) and removes it, which keeps the rule lossless."""
     rows, left = [], q
-    for j in range(w):
+    for j in range(tokens.shape[-1]):
         x = tokens[..., j : j + 1]
         mass = left.sum(-1, keepdim=True)
         drawn = (left.gather(-1, x) > 0) & (mass > 0)
         one_hot = torch.zeros_like(q).scatter_(-1, x, 1.0)
         rows.append(torch.where(drawn, left / mass.clamp_min(torch.finfo(q.dtype).tiny), one_hot))
         left = left.scatter(-1, x, 0.0)
-    return tokens, torch.stack(rows, -2)
+    return torch.stack(rows, -2)
+
+
+def sample_children(q: torch.Tensor, w: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """w draws without replacement from q [..., V] (draw_order) and the distribution each was drawn from (draw_rows)."""
+    tokens = draw_order(q, w, generator)
+    return tokens, draw_rows(q, tokens)
 
 
 def expand_dynamic_sampled(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: list[int], k: int, w: int,
                            num_nodes: int, to_probs: Callable[[torch.Tensor], torch.Tensor],
-                           generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           generator: torch.Generator | None, stop: Callable[[torch.Tensor, int], bool] | None = None
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """A dynamic tree drawn at T > 0 (module docstring) from the catch-up forward `root`; `to_probs` turns draft
     logits [..., V] into q at the sampling settings. Returns (tokens, parents, probs) [B, N], [B, N], [B, N, V]
-    with N = num_nodes (at most k deep), topological, each node's children consecutive in draw order."""
+    with N = num_nodes (at most k deep), topological, each node's siblings in draw order, and the depth the
+    expansion reached (where the budget ran out, or a stop).
+
+    `stop(score, depth)` (adaptive K) is asked before each deeper expansion with the frontier's cumulative log draft
+    probabilities [B, F]; True spends the nodes left on further draws from the pending token's q instead (wider, not
+    deeper: the verify shape does not change). The choice looks only at nodes already drawn, so it keeps the rule
+    lossless."""
     bsz, dev = lengths.shape[0], lengths.device
     attn_len = max(lengths_host) + (k - 1) * w
-    q = to_probs(root.logits[:, -1].float())  # [B, V]
+    q0 = to_probs(root.logits[:, -1].float())  # [B, V]
     first = min(w, num_nodes)
-    tok, rows = sample_children(q, first, generator)  # [B, c], [B, c, V]
-    score = q.gather(1, tok).log()  # cumulative log draft probability of each frontier node
-    toks, probs, parents = [tok], [rows], [torch.full_like(tok, -1)]
+    order = draw_order(q0, num_nodes, generator)  # [B, num_nodes]: the root's children and any drawn on a stop
+    tok = order[:, :first]
+    score = q0.gather(1, tok).log()  # cumulative log draft probability of each frontier node
+    toks, probs, parents = [tok], [draw_rows(q0, tok)], [torch.full_like(tok, -1)]
     ids = torch.arange(first, device=dev).expand(bsz, first)  # the frontier's node ids
     path = (lengths - 1)[..., None].expand(bsz, first, 1)  # [B, F, d]: each frontier node's ancestors' slots
     hidden = None if root.hidden is None else root.hidden[:, -1:].expand(-1, first, -1)  # its parent's output
     made, depth = first, 1
     while made < num_nodes and depth < k:
+        if stop is not None and stop(score, depth):
+            wide = order[:, : first + num_nodes - made]
+            toks.append(wide[:, first:])
+            probs.append(draw_rows(q0, wide)[:, first:])
+            parents.append(torch.full_like(wide[:, first:], -1))
+            made = num_nodes
+            break
         left = num_nodes - made
         e = min(tok.shape[1], w, -(-left // w))  # nodes to expand (at most w: each depth's w scratch slots)
         best = score.topk(e, dim=-1).indices  # [B, e]; a choice by the expanded nodes' own draws only
@@ -260,7 +286,7 @@ def expand_dynamic_sampled(feed: Feed, root: Any, lengths: torch.Tensor, lengths
         path = fed_path.repeat_interleave(w, dim=1)[:, :n]  # a child's ancestors: its parent's path and slot
         hidden = None if out.hidden is None else out.hidden.repeat_interleave(w, dim=1)[:, :n]
         made, depth = made + n, depth + 1
-    return torch.cat(toks, 1), torch.cat(parents, 1), torch.cat(probs, 1)
+    return torch.cat(toks, 1), torch.cat(parents, 1), torch.cat(probs, 1), depth
 
 
 def expand_static(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: list[int],
