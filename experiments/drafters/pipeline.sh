@@ -10,6 +10,7 @@
 #   bash experiments/drafters/pipeline.sh evals   # (call 2) the shipped head's recipe on that set, then both heads' AL
 #   bash experiments/drafters/pipeline.sh soft    # (call 2 instead) that recipe with soft labels, then both heads' AL
 #   bash experiments/drafters/pipeline.sh nofeat  # (call 2 instead) soft's recipe without the feature loss (EAGLE-3)
+#   bash experiments/drafters/pipeline.sh long    # (call 2 instead) soft's recipe on a 1.5x schedule (9000 steps)
 # The EAGLE heads before the soft stage were trained on the target's top-1 (strategy.soft_labels=false, the
 # default until 2026-12-03): their stages say so, so they still make the same heads.
 # Every stage has a time budget, so a command ends inside its limit; what a budget cut is printed with the
@@ -24,7 +25,7 @@
 # shipped checkpoints: for the calls that carry a GGUF part, move specbench/checkpoints/*/model.safetensors out of
 # the checkout and put them back after (no stage reads them).
 set -euo pipefail
-stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat}
+stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
 G=$PWD/.cache/gpu
 RUN=$G/run
@@ -122,7 +123,7 @@ if [ "$stage" = eagle3 ]; then
   split -b 15M "$RUN/e3.tgz" "$OUT/e3.tgz.part_"
 fi
 
-if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [ "$stage" = nofeat ]; then
+if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ]; then
   # (issue 13 item 3) the shipped head's recipe (vocab: 2 responses per prompt, draft vocabulary 8192, 3-step
   # training-time test) on its prompts plus 10,635 human-written requests from OpenAI's evals registry
   # (prompts/openai_evals.jsonl.gz, `python -m specbench.train.prompts --magpie 0 --code 0 --evals -1`). The set is
@@ -137,7 +138,7 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
   if [ "$stage" = evals-data ]; then
     py -m specbench.train $EV train.steps=$((STEPS * 10 / 3)) train.stop_after=1 \
         data.time_budget_s=${DATA_BUDGET_S:-540} output_dir=$RUN/evals-data | grep -E "^distillation" | tail -4
-  elif [ "$stage" = soft ] || [ "$stage" = nofeat ]; then
+  elif [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ]; then
     # 2026-12-03 (twelfth session): the shipped head's exact recipe (evals: this set, 6000 steps, seed 0) with one
     # change, strategy.soft_labels=true: the token loss is a cross-entropy to the target's distribution over the draft
     # vocabulary (its LM head over the cached final-norm feature), as EAGLE and EAGLE-3 train, not to its top-1. Then
@@ -149,6 +150,10 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
     heads=${BASE_HEADS-eagle-smollm2-135m}  # BASE_HEADS= : only the new head (a call that left the checkpoints out)
     runs="soft:strategy.soft_labels=true ${AB:+hard:strategy.soft_labels=false}"
     [ "$stage" = nofeat ] && runs="nofeat:strategy.w_feature=0"
+    # long (2026-12-04, twenty-first session): soft's recipe with one change, 9000 steps instead of 6000 (the
+    # validation agreement of the sixth run was still rising at its end); the warm-up and schedule are the same
+    # settings, stretched over the longer run by train.steps
+    [ "$stage" = long ] && runs="long:" && EVALS_STEPS=${EVALS_STEPS:-$((STEPS * 15 / 2))}
     for v in $runs; do
       name=${v%%:*}
       py -m specbench.train $EV strategy.soft_labels=true ${v#*:} train.steps=${EVALS_STEPS:-$((STEPS * 5))} \
