@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from specbench_testing import chisquare_pvalue, tree_resample_from_p
-from specbench.strategies.trees import sample_children
+from specbench.strategies.trees import draw_order, draw_rows, sample_children
 from specbench.verify import (greedy_tree_verify, greedy_verify, raise_if_not_topological, rejection_sample, sample_from,
                               tree_rejection_sample)
 
@@ -105,7 +105,10 @@ def _two_level(g: torch.Generator, sampled: bool | str):
     """A target over two tokens: p1 after the pending token, p2[x] after first token x; a draft q1, q2[x]. Each row
     drafts a tree of 2 first-level children (independent draws from q1, or the two most likely under q1, one-hot, or
     with sampled="without-replacement" two draws without replacement as trees.sample_children makes them, each with
-    the q it was drawn from) with 2 children each (the same from q2[parent]): 6 nodes in topological order."""
+    the q it was drawn from) with 2 children each (the same from q2[parent]): 6 nodes in topological order.
+    sampled="stop-goes-wider" is trees.expand_dynamic_sampled's confidence stop: the root's first two draws, the first
+    one's two children, and then either the second one's two children or, in rows where a stop decided by what was
+    drawn says so, the root's third and fourth draws (siblings of nodes 0 and 1 that come after node 0's children)."""
     p1 = torch.softmax(torch.randn(V, generator=g) * 1.5, -1)
     p2 = torch.softmax(torch.randn(V, V, generator=g) * 1.5, -1)
     q1 = torch.softmax(torch.randn(V, generator=g) * 1.5, -1)
@@ -117,6 +120,17 @@ def _two_level(g: torch.Generator, sampled: bool | str):
         tokens = torch.cat([first, second.reshape(ROWS, 4)], 1)
         target = torch.stack([p1.expand(ROWS, V)] + [p2[tokens[:, i]] for i in range(6)], 1)
         return p1, p2, tokens, parents, torch.cat([q_first, q_second.reshape(ROWS, 4, V)], 1), target
+    if sampled == "stop-goes-wider":
+        order = draw_order(q1.expand(ROWS, V), 4, g)  # the root's draws, in draw order
+        q_order = draw_rows(q1.expand(ROWS, V), order)
+        under = [sample_children(q2[order[:, i]], 2, g) for i in range(2)]  # each first-level node's two children
+        wide = (order[:, :1] != q1.argmax()) | (under[0][0][:, :1] == 0)  # a stop decided by nodes drawn before it
+        tokens = torch.cat([order[:, :2], under[0][0], torch.where(wide, order[:, 2:], under[1][0])], 1)
+        parents = torch.cat([parents[:, :4], torch.where(wide, -1, parents[:, 4:])], 1)
+        qs = torch.cat([q_order[:, :2], under[0][1], torch.where(wide[..., None], q_order[:, 2:], under[1][1])], 1)
+        target = torch.stack([p1.expand(ROWS, V)] + [p2[tokens[:, i]] for i in range(6)], 1)
+        assert 0.2 < float(wide.float().mean()) < 0.8
+        return p1, p2, tokens, parents, qs, target
     if sampled:
         first = torch.multinomial(q1, 2 * ROWS, replacement=True, generator=g).view(ROWS, 2)
         second = torch.stack([torch.multinomial(q2[first[:, i]], 2, replacement=True, generator=g) for i in range(2)], 1)
@@ -146,8 +160,8 @@ def _pvalues(p1, p2, first, second, has_second) -> list[float]:
     return pv
 
 
-@pytest.mark.parametrize("sampled", [True, "without-replacement", False],
-                         ids=["iid-draws-with-q", "draws-without-replacement", "top2-one-hot"])
+@pytest.mark.parametrize("sampled", [True, "without-replacement", "stop-goes-wider", False],
+                         ids=["iid-draws-with-q", "draws-without-replacement", "stop-goes-wider", "top2-one-hot"])
 def test_tree_rejection_sampling_keeps_the_target_distribution(sampled):
     g = torch.Generator().manual_seed(3)
     p1, p2, tokens, parents, qs, target = _two_level(g, sampled)
