@@ -131,13 +131,16 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
   # away), evals generates none (data.time_budget_s=0: the shards made so far, a seeded random subset, are used),
   # trains, then measures the new head and the shipped one in one sweep (fp32, k=3, T=0, all of MT-Bench's first
   # turns and HumanEval, as the eagle3 table was). The machine must stay warm between the two calls.
+  # evals-data's budget is what is left of DEADLINE_S less 45 s (the process's start, and the shard it is making when
+  # the budget ends); a second evals-data call goes on from the shards already made. With DATA_BUDGET_S=555 and the
+  # device's 600 s limit, the eighth run's call was killed at 55 of 64 shards (2026-12-04).
   P=$PWD/experiments/drafters/prompts
   EV="strategy=eagle strategy.unroll=3 strategy.soft_labels=false strategy.draft_vocab=8192 train.batch_size=$TB train.lr=6e-4 train.warmup=100
       $COMMON data.max_new_tokens=128 data.samples=2 data.temperature=0.7 data.cache_dir=$RUN/distill4
       data.path=[$P/magpie_smollm2-135m.jsonl.gz,$P/magpie_steered_smollm2-135m.jsonl.gz,$P/python_stdlib.jsonl.gz,$P/openai_evals.jsonl.gz,$SPEC]"
   if [ "$stage" = evals-data ]; then
     py -m specbench.train $EV train.steps=$((STEPS * 10 / 3)) train.stop_after=1 \
-        data.time_budget_s=${DATA_BUDGET_S:-540} output_dir=$RUN/evals-data | grep -E "^distillation" | tail -4
+        data.time_budget_s=${DATA_BUDGET_S:-$((DEADLINE - SECONDS - 45))} output_dir=$RUN/evals-data | grep -E "^distillation" | tail -4
   elif [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ]; then
     # 2026-12-03 (twelfth session): the shipped head's exact recipe (evals: this set, 6000 steps, seed 0) with one
     # change, strategy.soft_labels=true: the token loss is a cross-entropy to the target's distribution over the draft
