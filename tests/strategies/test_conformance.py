@@ -256,10 +256,11 @@ def _sample(strategy: str, target: LoadedModel, extra: dict, rule=None, tree_rul
 
 
 def _samples(strategy: str, extra: dict) -> bool:
-    """Whether the variant drafts by sampling from its q at T > 0: a `samples` strategy, except in a static or
-    dynamic tree, whose nodes are one-hot picks (the tree rule's power against one-hot siblings: tests/test_verify_tree.py)."""
+    """Whether the variant drafts by sampling from its q at T > 0: a `samples` strategy, in a chain or a dynamic tree
+    (drawn from q: trees.expand_dynamic_sampled), not in a static tree, whose nodes are one-hot picks (the tree rule's
+    power against one-hot siblings: tests/test_verify_tree.py)."""
     tree = extra.get("tree", _compose(f"strategy={strategy}").strategy.get("tree"))  # a preset may draft a tree
-    return _strategy_class(strategy).samples and tree not in ("dynamic", "static")
+    return _strategy_class(strategy).samples and tree != "static"
 
 
 def _pvalues(out: np.ndarray, marginals: list[np.ndarray]) -> list[float]:
