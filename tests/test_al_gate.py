@@ -1,8 +1,9 @@
 """The acceptance-length regression gates (issue 13): the shipped EAGLE head on the packaged SmolLM2-135M must keep
-the acceptance lengths committed in tests/al_gate.json within their tolerance (2%), drafting a chain and drafting the
-default's tree (since the twentieth session), so that a change which silently hurts drafting (a wrong feature
-alignment, a broken catch-up, a cache rolled back too far, a tree expansion that keeps the wrong nodes) fails CI even
-though the output stays lossless.
+the acceptance lengths committed in tests/al_gate.json within their tolerance (2%; 5% at T = 1), drafting a chain,
+drafting the default's tree (since the twentieth session), and drawing that tree from q at T = 1 (since the
+twenty-first), so that a change which silently hurts drafting (a wrong feature alignment, a broken catch-up, a cache
+rolled back too far, a tree expansion that keeps the wrong nodes, a T > 0 tree verified as one-hot picks again) fails
+CI even though the output stays lossless.
 
 To see it fail once: SPECBENCH_AL_GATE_CHECKPOINT=random python -m pytest tests/test_al_gate.py (AL 1.00).
 After a deliberate change to the head or the drafting loop, re-measure and update al_gate.json in the same commit.
@@ -33,7 +34,8 @@ def test_the_shipped_eagle_head_keeps_its_acceptance_length(tmp_path: Path, gate
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*overrides, f"+output_dir={tmp_path}"])
     results = run(cfg).results
-    al, want, tolerance = results["strategy"]["acceptance_length"], gate["acceptance_length"], GATES["tolerance"]
+    al, want = results["strategy"]["acceptance_length"], gate["acceptance_length"]
+    tolerance = gate.get("tolerance", GATES["tolerance"])
     assert abs(al - want) <= tolerance * want, (
         f"{gate['name']}: acceptance length {al:.4f}, committed {want:.4f} (tolerance {tolerance:.0%}); "
         f"drafting got {'worse' if al < want else 'better'}. If that is intended, update tests/al_gate.json")
