@@ -34,6 +34,15 @@ def teacher_forced(runner: DecoderRunner, outputs: str, n: int) -> Iterator[tupl
                                                            want_hidden=True)
 
 
+def head_agrees(head: Any, tokens: torch.Tensor, out: Any) -> list[bool]:
+    """For pair i = (f_i, x_{i+1}), i = 0 .. N-3, as at unroll step 1 of training and in the first draft of every step:
+    whether the head's top-1 equals the target's y_{i+1}. `logits()` puts a reduced draft vocabulary's ids at their
+    target ids (lm_head alone gives draft ids)."""
+    length = tokens.shape[1]
+    pred = head.logits(head(out.hidden[:, :-2], tokens[:, 1:-1], torch.arange(length - 2)[None]))[0].argmax(-1)
+    return (pred == out.logits[0, 1:-1].argmax(-1)).tolist()
+
+
 @torch.inference_mode()
 def main(checkpoint: str, outputs: str, n: int = 20) -> None:
     target = load_model(resolve_spec({"name": "smollm2-135m"}, "target"), torch.device("cpu"), torch.float32)
@@ -43,12 +52,8 @@ def main(checkpoint: str, outputs: str, n: int = 20) -> None:
     confidence = []
     for tokens, plen, out in teacher_forced(runner, outputs, n):
         length = tokens.shape[1]
-        top1 = out.logits[0].argmax(-1)  # [N]: y_i predicts x_{i+1}
         confidence.append(out.logits[0, plen - 1 : length - 1].softmax(-1).max(-1).values)
-        # pair i = (f_i, x_{i+1}) predicts y_{i+1}, for i = 0 .. N-3
-        # logits(): a reduced draft vocabulary's ids land at their target ids (lm_head alone gives draft ids)
-        pred = head.logits(head(out.hidden[:, :-2], tokens[:, 1:-1], torch.arange(length - 2)[None]))[0].argmax(-1)
-        for i, ok in enumerate((pred == top1[1:-1]).tolist()):
+        for i, ok in enumerate(head_agrees(head, tokens, out)):  # pair i predicts y_{i+1}
             side = hits["response" if i + 1 >= plen else "prompt"]
             side[0] += ok
             side[1] += 1

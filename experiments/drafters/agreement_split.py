@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 
 import torch
-from agreement import teacher_forced  # this script's folder is on sys.path
+from agreement import head_agrees, teacher_forced  # this script's folder is on sys.path
 
 from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import load_model, resolve_spec
@@ -26,22 +27,22 @@ POSITION_BUCKETS = (8, 16, 32, 64, 10**9)  # response position, upper bounds
 CONFIDENCE_BUCKETS = (0.2, 0.4, 0.6, 0.8, 1.01)  # the target's top-1 probability there, upper bounds
 
 
-def _bucket(x: int, bounds: tuple[int, ...]) -> str:
+def _bucket(x: float, bounds: tuple[float, ...], label: Callable[[float, float], str]) -> str:
+    """The label of the first bucket [lo, hi) of `bounds` (upper bounds, from 0) that holds x."""
     lo = 0
     for hi in bounds:
         if x < hi:
-            return f"{lo}-{hi - 1}" if hi < 10**9 else f">={lo}"
+            return label(lo, hi)
         lo = hi
     raise AssertionError
 
 
-def _confidence(p: float) -> str:
-    lo = 0.0
-    for hi in CONFIDENCE_BUCKETS:
-        if p < hi:
-            return f"{lo:.1f}-{min(hi, 1.0):.1f}"
-        lo = hi
-    raise AssertionError
+def _count_label(lo: int, hi: int) -> str:
+    return f"{lo}-{hi - 1}" if hi < 10**9 else f">={lo}"
+
+
+def _probability_label(lo: float, hi: float) -> str:
+    return f"{lo:.1f}-{min(hi, 1.0):.1f}"
 
 
 @torch.inference_mode()
@@ -54,15 +55,14 @@ def main(checkpoint: str, outputs: str, n: int = 80) -> None:
     hits: dict[str, dict[str, list[int]]] = {split: defaultdict(lambda: [0, 0]) for split in splits}
     for row, (tokens, plen, out) in zip(rows, teacher_forced(runner, outputs, n)):
         length = tokens.shape[1]
-        top1 = out.logits[0].argmax(-1)
         sure = out.logits[0].softmax(-1).max(-1).values.tolist()  # [N]: the target's top-1 probability at i
-        pred = head.logits(head(out.hidden[:, :-2], tokens[:, 1:-1], torch.arange(length - 2)[None]))[0].argmax(-1)
-        ok = (pred == top1[1:-1]).tolist()  # pair i predicts y_{i+1}
+        ok = head_agrees(head, tokens, out)  # pair i predicts y_{i+1}
         for i in range(plen - 1, length - 2):
             j = i + 1 - plen  # response position
-            for split, key in (("category", row.get("category", "?")), ("prompt tokens", _bucket(plen, PROMPT_BUCKETS)),
-                               ("response position", _bucket(j, POSITION_BUCKETS)),
-                               ("target's top-1 probability", _confidence(sure[i + 1]))):
+            for split, key in (("category", row.get("category", "?")),
+                               ("prompt tokens", _bucket(plen, PROMPT_BUCKETS, _count_label)),
+                               ("response position", _bucket(j, POSITION_BUCKETS, _count_label)),
+                               ("target's top-1 probability", _bucket(sure[i + 1], CONFIDENCE_BUCKETS, _probability_label))):
                 hits[split][key][0] += ok[i]
                 hits[split][key][1] += 1
     for split, table in hits.items():
