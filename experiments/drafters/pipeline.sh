@@ -11,6 +11,8 @@
 #   bash experiments/drafters/pipeline.sh soft    # (call 2 instead) that recipe with soft labels, then both heads' AL
 #   bash experiments/drafters/pipeline.sh nofeat  # (call 2 instead) soft's recipe without the feature loss (EAGLE-3)
 #   bash experiments/drafters/pipeline.sh long    # (call 2 instead) soft's recipe on a 1.5x schedule (9000 steps)
+#   bash experiments/drafters/pipeline.sh arena-data  # evals-data's set plus Arena-Hard's 430 requests x ARENA_X (calls 1, 2)
+#   bash experiments/drafters/pipeline.sh arena   # (call 3) soft's recipe on that set, then both heads' AL
 # The EAGLE heads before the soft stage were trained on the target's top-1 (strategy.soft_labels=false, the
 # default until 2026-12-03): their stages say so, so they still make the same heads.
 # Every stage has a time budget, so a command ends inside its limit; what a budget cut is printed with the
@@ -25,7 +27,7 @@
 # shipped checkpoints: for the calls that carry a GGUF part, move specbench/checkpoints/*/model.safetensors out of
 # the checkout and put them back after (no stage reads them).
 set -euo pipefail
-stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long}
+stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long|arena-data|arena}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
 G=$PWD/.cache/gpu
 RUN=$G/run
@@ -123,7 +125,8 @@ if [ "$stage" = eagle3 ]; then
   split -b 15M "$RUN/e3.tgz" "$OUT/e3.tgz.part_"
 fi
 
-if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ]; then
+if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ] \
+    || [ "$stage" = arena-data ] || [ "$stage" = arena ]; then
   # (issue 13 item 3) the shipped head's recipe (vocab: 2 responses per prompt, draft vocabulary 8192, 3-step
   # training-time test) on its prompts plus 10,635 human-written requests from OpenAI's evals registry
   # (prompts/openai_evals.jsonl.gz, `python -m specbench.train.prompts --magpie 0 --code 0 --evals -1`). The set is
@@ -135,13 +138,23 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
   # the budget ends); a second evals-data call goes on from the shards already made. With DATA_BUDGET_S=555 and the
   # device's 600 s limit, the eighth run's call was killed at 55 of 64 shards (2026-12-04).
   P=$PWD/experiments/drafters/prompts
+  # arena-data / arena (twenty-second session, 2026-12-04; not run yet): the same set plus Arena-Hard v2.0's 430
+  # human-written requests (prompts/arena_hard.jsonl.gz; 136 creative writing, 164 coding, 130 math), listed ARENA_X
+  # times so that they weigh more than 1% of the set: each copy's sampled response is a draw of its own, its greedy
+  # one repeats. The head agrees with the target on them about as little as on MT-Bench
+  # (experiments/drafters/README.md, "Arena-Hard's requests"), so they are the kind the training set lacks.
+  more=""; cache=distill4
+  if [ "$stage" = arena-data ] || [ "$stage" = arena ]; then
+    for _ in $(seq "${ARENA_X:-4}"); do more="$more,$P/arena_hard.jsonl.gz"; done
+    cache=distill5
+  fi
   EV="strategy=eagle strategy.unroll=3 strategy.soft_labels=false strategy.draft_vocab=8192 train.batch_size=$TB train.lr=6e-4 train.warmup=100
-      $COMMON data.max_new_tokens=128 data.samples=2 data.temperature=0.7 data.cache_dir=$RUN/distill4
-      data.path=[$P/magpie_smollm2-135m.jsonl.gz,$P/magpie_steered_smollm2-135m.jsonl.gz,$P/python_stdlib.jsonl.gz,$P/openai_evals.jsonl.gz,$SPEC]"
-  if [ "$stage" = evals-data ]; then
+      $COMMON data.max_new_tokens=128 data.samples=2 data.temperature=0.7 data.cache_dir=$RUN/$cache
+      data.path=[$P/magpie_smollm2-135m.jsonl.gz,$P/magpie_steered_smollm2-135m.jsonl.gz,$P/python_stdlib.jsonl.gz,$P/openai_evals.jsonl.gz,$SPEC$more]"
+  if [ "$stage" = evals-data ] || [ "$stage" = arena-data ]; then
     py -m specbench.train $EV train.steps=$((STEPS * 10 / 3)) train.stop_after=1 \
-        data.time_budget_s=${DATA_BUDGET_S:-$((DEADLINE - SECONDS - 45))} output_dir=$RUN/evals-data | grep -E "^distillation" | tail -4
-  elif [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ]; then
+        data.time_budget_s=${DATA_BUDGET_S:-$((DEADLINE - SECONDS - 45))} output_dir=$RUN/$stage | grep -E "^distillation" | tail -4
+  elif [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ] || [ "$stage" = arena ]; then
     # 2026-12-03 (twelfth session): the shipped head's exact recipe (evals: this set, 6000 steps, seed 0) with one
     # change, strategy.soft_labels=true: the token loss is a cross-entropy to the target's distribution over the draft
     # vocabulary (its LM head over the cached final-norm feature), as EAGLE and EAGLE-3 train, not to its top-1. Then
@@ -157,6 +170,8 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
     # validation agreement of the sixth run was still rising at its end); the warm-up and schedule are the same
     # settings, stretched over the longer run by train.steps
     [ "$stage" = long ] && runs="long:" && EVALS_STEPS=${EVALS_STEPS:-$((STEPS * 15 / 2))}
+    # arena: soft's recipe (the shipped head's), the data its only change
+    [ "$stage" = arena ] && runs="arena:"
     for v in $runs; do
       name=${v%%:*}
       py -m specbench.train $EV strategy.soft_labels=true ${v#*:} train.steps=${EVALS_STEPS:-$((STEPS * 5))} \

