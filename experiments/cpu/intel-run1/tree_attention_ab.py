@@ -1,7 +1,6 @@
 """The CPU's bit-invariant tree attention (the torch forward and its per-query attention) of the checkout against
-another revision's, in one process: the default's
-5-node tree verify (root, two children, two grandchildren under the first) of SmolLM2-135M in bf16 at a 300-token
-prefix, each form in turns with a 1-token step and a 5-token chain, 20 rounds of 3 forwards, median ms per forward.
+another revision's, in one process: the default's 5-node tree verify (root, two children, two grandchildren under the
+first) of SmolLM2-135M in bf16 at a 300-token prefix, each form in turns with a 1-token step and a 5-token chain, 20 rounds of 3 forwards, median ms per forward.
 First it checks that both forms give the same logits, bit for bit, also after each other's forwards.
 
     OMP_NUM_THREADS=2 python experiments/cpu/intel-run1/tree_attention_ab.py <revision, e.g. main>
@@ -14,15 +13,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import types
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "experiments" / "cpu"))
-from bench_tree_verify import PREFIX, forwards_at  # noqa: E402
+sys.path[:0] = [str(ROOT), str(ROOT / "experiments" / "cpu")]  # this checkout's specbench, whatever is installed
+from bench_tree_verify import PREFIX, forwards_at, time_in_turns  # noqa: E402
 
 import specbench.models.decoder as dec  # noqa: E402
 from specbench.models.loading import load_model, resolve_spec  # noqa: E402
@@ -64,19 +62,9 @@ def main(revision: str) -> None:
             use(runner, name)
             logits.append(forwards["5-node tree"]().logits.clone())
         print("bit-identical, in turns:", all(torch.equal(logits[0], x) for x in logits))
-        ms: dict[str, list[float]] = {name: [] for name in [*forms, "1 token", "5-token chain"]}
-        for _ in range(20):
-            for name in forms:
-                use(runner, name)
-                t0 = time.perf_counter()
-                for _ in range(3):
-                    forwards["5-node tree"]()
-                ms[name].append((time.perf_counter() - t0) / 3 * 1e3)
-            for name in ("1 token", "5-token chain"):
-                t0 = time.perf_counter()
-                for _ in range(3):
-                    forwards[name]()
-                ms[name].append((time.perf_counter() - t0) / 3 * 1e3)
+        tree = forwards["5-node tree"]
+        timed = {name: (lambda name=name: (use(runner, name), tree())) for name in forms}  # the form set, then a verify
+        ms = time_in_turns({**timed, "1 token": forwards["1 token"], "5-token chain": forwards["5-token chain"]}, 20)
     for name, m in ms.items():
         label = f"5-node tree, {name}'s attention" if name in forms else name
         print(f"{label}: median {statistics.median(m):.1f} ms (min {min(m):.1f})")
