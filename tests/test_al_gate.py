@@ -1,9 +1,10 @@
 """The acceptance-length regression gates (issue 13): the shipped EAGLE head on the packaged SmolLM2-135M must keep
 the acceptance lengths committed in tests/al_gate.json within their tolerance (2%; 5% at T = 1), drafting a chain,
-drafting the default's tree (since the twentieth session), and drawing that tree from q at T = 1 (since the
-twenty-first), so that a change which silently hurts drafting (a wrong feature alignment, a broken catch-up, a cache
-rolled back too far, a tree expansion that keeps the wrong nodes, a T > 0 tree verified as one-hot picks again) fails
-CI even though the output stays lossless.
+drafting the default's adaptive chain at T = 0 and 1 (since the twenty-third session), drafting eagle_tree's tree
+(since the twentieth), and drawing that tree from q at T = 1 (since the twenty-first), so that a change which
+silently hurts drafting (a wrong feature alignment, a broken catch-up, a cache rolled back too far, a confidence stop
+on the wrong probability, a tree expansion that keeps the wrong nodes, a T > 0 tree verified as one-hot picks again)
+fails CI even though the output stays lossless.
 
 To see it fail once: SPECBENCH_AL_GATE_CHECKPOINT=random python -m pytest tests/test_al_gate.py (AL 1.00).
 After a deliberate change to the head or the drafting loop, re-measure and update al_gate.json in the same commit.

@@ -50,11 +50,13 @@ def _accepts(strategy: str, extra: dict) -> bool:
     return _validates(strategy, {"k": K, **extra, **by_batch})
 
 
-# every strategy yaml that drafts a chain (a preset drafting a tree, eagle_tree, brings its own schedule: the conformance
-# suite runs it as its yaml has it), with each schedule it accepts
+# every strategy yaml that drafts a chain at a fixed k, with each schedule it accepts (a preset that brings its own
+# tree or schedule, eagle_tree or eagle_adaptive, would repeat its base yaml's runs here: the conformance suite runs it
+# as its yaml has it)
 VARIANTS = [pytest.param(s, extra, id=f"{s}[{name}]") for name, extra in SCHEDULES.items()
             for s in available_strategies()
-            if s != "none" and _compose(f"strategy={s}").strategy.get("tree", "chain") == "chain" and _accepts(s, extra)]
+            if s != "none" and _compose(f"strategy={s}").strategy.get("tree", "chain") == "chain"
+            and _compose(f"strategy={s}").strategy.get("k_schedule", "fixed") == "fixed" and _accepts(s, extra)]
 
 
 # --- a) T = 0 ----------------------------------------------------------------------------------------
@@ -178,11 +180,17 @@ def test_bad_schedule_settings_are_config_errors(strategy, settings, fragment):
 
 
 def test_the_registry_yamls_hold_the_schedule_settings_and_pass_validation():
-    for strategy in available_strategies():  # every yaml, the ones added later included
-        cfg = OmegaConf.to_container(_compose(f"strategy={strategy}").strategy, resolve=True)
+    configs = {s: OmegaConf.to_container(_compose(f"strategy={s}").strategy, resolve=True) for s in available_strategies()}
+    for strategy, cfg in configs.items():  # every yaml, the ones added later included
         _strategy_class(strategy).validate(cfg)
         if cfg.get("tree", "chain") != "chain":  # a preset drafting a tree (eagle_tree): a confidence stop at most
             assert (cfg["k_by_batch_size"], cfg["tree"]) == (None, "dynamic") and cfg["k_schedule"] in ("fixed", "confidence")
+            continue
+        if cfg["k_schedule"] != "fixed":  # a preset of a chain with a schedule of its own (eagle_adaptive): its base
+            # yaml, the same class at a fixed k, is in the registry too
+            assert any(other.get("_target_") == cfg.get("_target_") and other.get("k_schedule") == "fixed"
+                       and other.get("tree", "chain") == "chain" for other in configs.values())
+            assert cfg["k_by_batch_size"] is None
             continue
         assert (cfg["k_schedule"], cfg["k_by_batch_size"], cfg["confidence_threshold"]) == ("fixed", None, 0.4)
         _strategy_class(strategy).validate(cfg | {"k_schedule": "heuristic", "k_by_batch_size": {1: K, 16: 1}})
