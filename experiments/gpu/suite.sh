@@ -13,7 +13,8 @@
 set -u
 out=${1:-/tmp/suite}; mkdir -p "$out"
 logs=$(mktemp -d)
-limit=${SUITE_TIMEOUT:-480}  # each process (every: 331 s at 6c3ef88); front1 then big share one slot
+limit=${SUITE_TIMEOUT:-540}  # each process (every: 331 s at 6c3ef88, 394 s at eaca4f4, before eagle_adaptive.yaml
+# added its 4 jobs to it); front1 then big share one slot
 export WANDB_MODE=disabled PYTHONUNBUFFERED=1
 big="32b or vlm or continuous or two_processes"
 split="invariant or dependent or self_draft or seed_pr or launchers or every_strategy or batch_64"
