@@ -12,11 +12,8 @@ the whole forward, the attention (the runner's attention method) and the SDPA ca
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import types
 from pathlib import Path
@@ -25,27 +22,15 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))  # this checkout's specbench, whatever is installed
+sys.path[:0] = [str(ROOT), str(ROOT / "experiments" / "cpu" / "intel-run1")]  # this checkout's specbench first
 import specbench.models.decoder as dec  # noqa: E402
 from specbench.kernels.decode_ref import tree_paths  # noqa: E402
 from specbench.models.loading import load_model, resolve_spec  # noqa: E402
-
-
-def decoder_at(revision: str) -> types.ModuleType:
-    """specbench/models/decoder.py as it is at `revision`, imported as a module of its own."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:specbench/models/decoder.py"],
-                            capture_output=True, text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp()) / "decoder_before.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("decoder_before", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["decoder_before"] = module
-    spec.loader.exec_module(module)
-    return module
+from tree_attention_ab import other_decoder  # noqa: E402  (the decoder at a revision, as a module)
 
 
 def main(revision: str, prefix: int) -> None:
-    before = decoder_at(revision)
+    before = other_decoder(revision)
     spent = {"attention": 0.0, "sdpa": 0.0}
 
     def timed(fn: callable, key: str) -> callable:
