@@ -158,10 +158,11 @@ def test_every_strategy_in_one_process_8b(tmp_path: Path):
     drafts a tree (eagle_tree, a preset of eagle) runs at its own settings, T=0,1, in a second process (its tree
     has more nodes than k=1 can make)."""
     names = available_strategies()
-    trees = [n for n in names if _cfg(f"strategy={n}").strategy.get("tree", "chain") != "chain"]
+    strategies = {n: _cfg(f"strategy={n}").strategy for n in names}
+    trees = [n for n in names if strategies[n].get("tree", "chain") != "chain"]
     chains = [n for n in names if n not in trees]
     # the yamls of a trained head's class (eagle, medusa and their presets: eagle_tree, eagle_adaptive)
-    heads = [n for n in names if _cfg(f"strategy={n}").strategy["_target_"].endswith((".EagleProposer", ".MedusaProposer"))]
+    heads = [n for n in names if strategies[n]["_target_"].endswith((".EagleProposer", ".MedusaProposer"))]
     results = _sweep(tmp_path, *COMMON, *PAIR_8B, f"strategy={','.join(chains)}", "strategy.k=1,3",
                      "sampling.temperature=0,1")
     if trees:

@@ -53,10 +53,14 @@ def _accepts(strategy: str, extra: dict) -> bool:
 # every strategy yaml that drafts a chain at a fixed k, with each schedule it accepts (a preset that brings its own
 # tree or schedule, eagle_tree or eagle_adaptive, would repeat its base yaml's runs here: the conformance suite runs it
 # as its yaml has it)
+def _drafts_a_fixed_chain(strategy: str) -> bool:
+    cfg = _compose(f"strategy={strategy}").strategy
+    return strategy != "none" and (cfg.get("tree", "chain"), cfg.get("k_schedule", "fixed")) == ("chain", "fixed")
+
+
+FIXED_CHAINS = [s for s in available_strategies() if _drafts_a_fixed_chain(s)]
 VARIANTS = [pytest.param(s, extra, id=f"{s}[{name}]") for name, extra in SCHEDULES.items()
-            for s in available_strategies()
-            if s != "none" and _compose(f"strategy={s}").strategy.get("tree", "chain") == "chain"
-            and _compose(f"strategy={s}").strategy.get("k_schedule", "fixed") == "fixed" and _accepts(s, extra)]
+            for s in FIXED_CHAINS if _accepts(s, extra)]
 
 
 # --- a) T = 0 ----------------------------------------------------------------------------------------
