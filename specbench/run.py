@@ -29,7 +29,7 @@ from specbench.errors import ConfigError, unknown
 from specbench.logging import NullLogger, make_logger, results_table, write_json_atomic, write_jsonl_atomic
 from specbench.metrics import exact_match, prompt_metrics, speedup, summarize, throughput_speedup
 from specbench.models.loading import (DTYPES, LoadedModel, ModelSpec, load_model, model_type_of, needs_hf_tp,
-                                      resolve_spec, suggested_draft)
+                                      raise_if_unreachable, resolve_spec, suggested_draft)
 from specbench.models.multimodal import image_processor_for, make_vlm_aware_runner
 from specbench.models.cuda_graphs import cuda_graphs_default, graph_captures, maybe_graphed
 from specbench.models.decoder import (cpu_bf16_invariant, cpu_float32_invariant, cpu_form_choices, onednn_bf16,
@@ -409,6 +409,9 @@ def _output_dir(cfg: DictConfig | Mapping[str, Any]) -> tuple[Path, str | None, 
 def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     """Run one job: baseline (strategy none) and the configured strategy on the same prompts."""
     p = plan(cfg)
+    raise_if_unreachable(p.target, "target")
+    if p.draft is not None:
+        raise_if_unreachable(p.draft, "draft")
     if p.tensor_parallel > 1 and env_rank() is None:
         return _run_ranks(cfg, p.tensor_parallel)
     tp = init_group(p.tensor_parallel, p.device) if p.tensor_parallel > 1 else None

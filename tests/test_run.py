@@ -127,6 +127,16 @@ def test_bad_input_fails_before_any_model_loads(overrides, message):
     assert message in str(e.value)
 
 
+def test_a_hub_draft_that_cannot_be_fetched_stops_the_job_before_anything_loads(tmp_path: Path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ConfigError, match=r"^draft 'someorg/tiny-draft' \(hub id 'someorg/tiny-draft'\) cannot be fetched"):
+        run(cfg(*TINY, "draft.path=someorg/tiny-draft", f"+output_dir={tmp_path}"))
+    assert not (tmp_path / "results.json").exists()
+
+
 def test_unknown_strategy_class_lists_the_available_ones():
     c = cfg(*TINY, "strategy._target_=specbench.strategies.nope.Nope", "strategy.name=nope")
     with pytest.raises(ConfigError, match=r"unknown strategy 'nope'; allowed: .*draft_model.*none"):

@@ -174,6 +174,37 @@ class LoadedModel:
         return ids
 
 
+def raise_if_unreachable(spec: ModelSpec, role: str) -> None:
+    """A hub model that is neither in the Hugging Face cache nor fetchable now: a ConfigError before anything loads,
+    naming the hub id, the cache directory and what runs without the hub (instead of transformers' OSError after
+    its retries). Other sources, and a hub model whose config.json is cached, pass without a request."""
+    if spec.source != "hub":
+        return
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    cache = constants.HF_HUB_CACHE
+    if isinstance(try_to_load_from_cache(spec.path, "config.json", cache_dir=cache, revision=spec.revision), str):
+        return
+    given = f"{role} {spec.name!r} (hub id {spec.path!r}{f', revision {spec.revision!r}' if spec.revision else ''})"
+    offline = sorted(name for name, preset in PRESETS.items() if preset.source != "hub")
+    where = (f"It is not in the Hugging Face cache ({cache}). Presets that run without the hub: {', '.join(offline)}; "
+             f"or download it on a machine with network and give {role}.path=<its local directory>")
+    if constants.HF_HUB_OFFLINE:
+        raise ConfigError(f"{given} cannot be fetched: HF_HUB_OFFLINE is set. {where}")
+    try:
+        get_hf_file_metadata(hf_hub_url(spec.path, "config.json", revision=spec.revision), timeout=10)
+    except GatedRepoError as e:
+        raise ConfigError(f"{given} is gated on the hub: accept its terms there and log in (hf auth login or "
+                          f"HF_TOKEN). {where}") from e
+    except RepositoryNotFoundError as e:
+        raise ConfigError(f"{given}: no such model on the hub (or it is private). {where}") from e
+    except RevisionNotFoundError as e:
+        raise ConfigError(f"{given}: the hub has no such revision. {where}") from e
+    except Exception as e:  # no network, DNS, a proxy, a timeout: whatever the HTTP client raises
+        raise ConfigError(f"{given} cannot be fetched from the hub ({type(e).__name__}: {e}). {where}") from e
+
+
 def load_model(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype,
                shard: tuple[int, int] | None = None, hf_tp: bool = False) -> LoadedModel:
     """Load weights and tokenizer for `spec` onto `device` in `dtype`. shard = (rank, world): random weights built as
