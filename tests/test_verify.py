@@ -16,6 +16,7 @@ from specbench.verify import (
     SamplingParams,
     Verdict,
     Verifier,
+    exp_noise,
     greedy_verify,
     logits_to_probs,
     rejection_sample,
@@ -84,6 +85,19 @@ def test_sample_from_follows_the_weights():
     draws = sample_from(w.expand(n, 4), torch.empty(n, 4).exponential_(generator=g))
     counts = torch.bincount(draws, minlength=4)
     assert chisquare_pvalue(counts, w / w.sum()) > 1e-4  # and index 1 (weight 0) never drawn
+
+
+def test_exp_noise_is_exp1_and_seeded():
+    """The CPU's Exp(1) noise (-log1p(-U) of float64 uniforms) against Exp(1)'s deciles and its far tail."""
+    n = 200_000
+    e = exp_noise((n // 5, 5), torch.Generator().manual_seed(3), "cpu")
+    assert e.shape == (n // 5, 5) and e.dtype == torch.float32 and bool((e >= 0).all())
+    again = exp_noise((n // 5, 5), torch.Generator().manual_seed(3), "cpu")
+    assert torch.equal(e, again)
+    edges = -torch.log1p(-torch.tensor([i / 10 for i in range(1, 10)] + [0.999], dtype=torch.float64))
+    counts = torch.bincount(torch.bucketize(e.flatten().double(), edges), minlength=11).double()
+    probs = torch.tensor([0.1] * 9 + [0.099, 0.001], dtype=torch.float64)
+    assert chisquare_pvalue(counts, probs) > 1e-4
 
 
 def _random_dists(rows: int, k: int, vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -56,7 +56,7 @@ from specbench.errors import ConfigError
 from specbench.models.loading import LoadedModel
 from specbench.strategies import trees
 from specbench.strategies.trees import topk_parents
-from specbench.verify import SamplingParams, Verdict, logits_to_probs, sample_from
+from specbench.verify import SamplingParams, Verdict, exp_noise, logits_to_probs, sample_from
 
 DRAFTING = ("chain", "parallel", "lookup")
 K_SCHEDULES = ("fixed", "heuristic", "confidence")
@@ -597,4 +597,4 @@ class Proposer(ABC):
         if self.sampling.greedy or not self.samples:
             return logits.argmax(-1), None
         q = logits_to_probs(logits, self.sampling)
-        return sample_from(q, torch.empty_like(q).exponential_(generator=self.generator)), q
+        return sample_from(q, exp_noise(q.shape, self.generator, q.device)), q

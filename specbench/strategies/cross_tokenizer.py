@@ -47,7 +47,7 @@ from specbench.errors import ConfigError
 from specbench.models.draft_runner import make_draft_runner
 from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
 from specbench.strategies.draft_model import DraftModelProposer, cross_rule, raise_if_cross_unsupported
-from specbench.verify import Verdict, logits_to_probs, sample_from
+from specbench.verify import Verdict, exp_noise, logits_to_probs, sample_from
 
 
 # -- text <-> tokens (pure helpers) ------------------------------------------------------------------------------
@@ -297,7 +297,7 @@ class CrossTokenizerProposer(DraftModelProposer):
         if self.sampling.greedy:
             return logits.argmax(-1), None
         q = logits_to_probs(logits, self.sampling)  # [B, V_draft], zero off the intersection
-        d = sample_from(q, torch.empty_like(q).exponential_(generator=self.generator))
+        d = sample_from(q, exp_noise(q.shape, self.generator, q.device))
         q_target = torch.zeros((q.shape[0], self.target_vocab), device=q.device, dtype=q.dtype)
         q_target.scatter_add_(1, self.d2t.clamp(min=0).expand(q.shape[0], -1), q)  # unshared ids add 0
         return d, q_target

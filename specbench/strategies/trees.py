@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from specbench.errors import ConfigError
+from specbench.verify import exp_noise
 
 TREES = ("chain", "topk", "static", "dynamic")  # strategy.tree
 
@@ -210,7 +211,7 @@ def expand_dynamic(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: l
 def draw_order(q: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:
     """n draws without replacement from q [..., V], in draw order (Gumbel-top-n: each is drawn from what the earlier
     left); a token with q = 0 comes only once q is exhausted."""
-    gumbel = -torch.empty_like(q).exponential_(generator=generator).log()
+    gumbel = -exp_noise(q.shape, generator, q.device).log()
     return (q.log() + gumbel).topk(n, dim=-1).indices
 
 
@@ -262,10 +263,10 @@ def expand_dynamic_sampled(feed: Feed, root: Any, lengths: torch.Tensor, lengths
     made, depth = first, 1
     while made < num_nodes and depth < k:
         if stop is not None and stop(score, depth):
-            wide = order[:, : first + num_nodes - made]
-            toks.append(wide[:, first:])
-            probs.append(draw_rows(q0, wide)[:, first:])
-            parents.append(torch.full_like(wide[:, first:], -1))
+            wide = order[:, first : first + num_nodes - made]  # drawn after the root's first children
+            toks.append(wide)
+            probs.append(draw_rows(q0.scatter(1, order[:, :first], 0.0), wide))
+            parents.append(torch.full_like(wide, -1))
             made = num_nodes
             break
         left = num_nodes - made
