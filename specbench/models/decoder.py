@@ -749,8 +749,8 @@ class DecoderRunner(nn.Module):
         layer_hidden: list[torch.Tensor] = []
         invariant = self.cpu_invariant and (t <= DECODE_KERNEL_MAX_T or tree_path is not None)  # as on CUDA
         lin, ws = (_packed_linear, self._wp) if self.cpu_invariant else (_linear, self._w)
-        if invariant:  # host lists: attention runs per (row, query) over its own slots
-            pos_list, path_list = positions.tolist(), None if tree_path is None else tree_path.tolist()
+        if invariant:  # attention runs per (row, query) over its own slots, in this order
+            plan = self._per_query_plan(positions.tolist(), None if tree_path is None else tree_path.tolist())
         for i, layer in enumerate(self.layers):
             attn, w = layer.self_attn, ws[i]
             h = rmsnorm_ref(x, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
@@ -766,7 +766,7 @@ class DecoderRunner(nn.Module):
             kc.view(-1, d).index_copy_(0, write_idx, k.reshape(-1, d))
             vc.view(-1, d).index_copy_(0, write_idx, v.reshape(-1, d))
             if invariant:
-                o = self._attend_per_query(q, kc, vc, pos_list, path_list)
+                o = self._attend_per_query(q, k, v, kc, vc, plan)
             else:
                 o = F.scaled_dot_product_attention(q, kc[:, :, :s], vc[:, :, :s], attn_mask=mask, scale=self.scaling,
                                                    enable_gqa=True)
@@ -782,31 +782,55 @@ class DecoderRunner(nn.Module):
             return self._head(x, logits_at, want_hidden, layer_hidden, _packed_linear, self._head_p)
         return self._head(x, logits_at, want_hidden, layer_hidden)
 
-    def _attend_per_query(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, positions: list[list[int]],
-                          paths: list[list[list[int]]] | None) -> torch.Tensor:
+    @staticmethod
+    def _per_query_plan(positions: list[list[int]], paths: list[list[list[int]]] | None) -> list[tuple[list, Any]]:
+        """For `_attend_per_query`, once a forward (every layer does the same): per row, the queries in the order
+        they are attended, each as (query, its position, whether its key and value go into that slot first), and,
+        for a tree, the nodes moved out of their own slots with those slots (to put them back), else None.
+
+        A chain's query j reads slots 0..p. A tree node's ancestors are not in those slots: the nodes are visited
+        depth first (an ancestor's path is a prefix of its descendants', so sorted paths are pre-order), and each one
+        goes into the slot of its depth, root + d, unless it is there already; the slots above it then hold its
+        ancestors, written by the nodes visited before it."""
+        plan = []
+        for row, pos in enumerate(positions):
+            if paths is None:
+                plan.append(([(j, p, False) for j, p in enumerate(pos)], None))
+                continue
+            path, root = paths[row], paths[row][0][0]
+            own = [path[j][p - root] for j, p in enumerate(pos)]  # each node's own slot (the path is 0 past its depth)
+            held = {slot: j for j, slot in enumerate(own)}  # slot -> the node there now
+            steps = []
+            for j in sorted(range(len(pos)), key=lambda j: path[j]):
+                steps.append((j, pos[j], held[pos[j]] != j))
+                held[pos[j]] = j
+            moved = [j for j, slot in enumerate(own) if held[slot] != j]
+            plan.append((steps, (torch.tensor(moved), torch.tensor([own[j] for j in moved])) if moved else None))
+        return plan
+
+    def _attend_per_query(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor,
+                          plan: list[tuple[list, Any]]) -> torch.Tensor:
         """Batch-invariant attention on the CPU: q [B, Hq, T, D] -> [B, Hq, T, D], each query (b, t) in its own SDPA
         call over exactly the keys a 1-token forward at its position reads, in the same layout: row b's slots
-        0..p. A tree node's ancestors are not in those slots: its path's keys and values are written there for its
-        call (chain order), and the tree's own slots are restored after the last node."""
-        bsz, _, t, _ = q.shape
-        o = torch.empty_like(q)
-        for b in range(bsz):
-            saved = None
-            if paths is not None:  # the tree's slots root..root+T-1 (the root's slot is its position), restored below
-                root = paths[b][0][0]
-                saved = kc[b, :, root : root + t].clone(), vc[b, :, root : root + t].clone()
-            for j in range(t):
-                p = positions[b][j]
-                if saved is not None:  # this node's ancestors (root first) into slots root..p, from `saved`
-                    src = torch.tensor(paths[b][j][: p - root + 1]) - root
-                    kc[b, :, root : p + 1] = saved[0][:, src]
-                    vc[b, :, root : p + 1] = saved[1][:, src]
-                o[b, :, j] = F.scaled_dot_product_attention(q[b, None, :, j, None].contiguous(), kc[b, None, :, : p + 1],
-                                                            vc[b, None, :, : p + 1], scale=self.scaling,
-                                                            enable_gqa=True)[0, :, 0]
-            if saved is not None:
-                kc[b, :, root : root + t], vc[b, :, root : root + t] = saved
-        return o
+        0..p. `plan` (`_per_query_plan`) gives the order and the tree nodes' moves; k, v [B, Hkv, T, D] are this
+        forward's keys and values, which the moves copy from."""
+        t = q.shape[2]
+        rows = []
+        for b, (steps, moved) in enumerate(plan):
+            qb = q[b].transpose(0, 1).contiguous()  # [T, Hq, D]: query j is qb[j][None, :, None], [1, Hq, 1, D]
+            kcb, vcb = kc[b : b + 1], vc[b : b + 1]  # [1, Hkv, S, D]
+            outs: list[torch.Tensor] = [None] * t  # type: ignore[list-item]
+            for j, p, write in steps:
+                if write:
+                    kcb[0, :, p] = k[b, :, j]
+                    vcb[0, :, p] = v[b, :, j]
+                outs[j] = F.scaled_dot_product_attention(qb[j][None, :, None], kcb[:, :, : p + 1], vcb[:, :, : p + 1],
+                                                         scale=self.scaling, enable_gqa=True)  # [1, Hq, 1, D]
+            if moved is not None:  # each moved node back in its own slot
+                kc[b].index_copy_(1, moved[1], k[b].index_select(1, moved[0]))
+                vc[b].index_copy_(1, moved[1], v[b].index_select(1, moved[0]))
+            rows.append(torch.cat(outs, 2))
+        return torch.cat(rows)
 
     def _forward_kernels(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers,
                          slots=None, tree_path=None) -> ForwardOutput:

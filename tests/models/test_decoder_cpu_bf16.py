@@ -90,9 +90,13 @@ def test_a_tree_nodes_logits_equal_its_paths_chain():
     root = prompt.shape[1]
     runner.allocate(1, 32)
     runner(prompt, torch.arange(root)[None], attn_len=root)
-    tree = runner(nodes, root + torch.tensor([depth]), attn_len=root + n, slots=root + torch.arange(n)[None],
-                  tree_mask=mask).logits[0]
-    cache_after = runner.k_cache[:, 0, :, root : root + n].clone()
+    before = runner.k_cache[:, 0].clone(), runner.v_cache[:, 0].clone()
+    verify = lambda: runner(nodes, root + torch.tensor([depth]), attn_len=root + n,  # noqa: E731
+                            slots=root + torch.arange(n)[None], tree_mask=mask).logits[0]
+    tree = verify()
+    for cache, old in zip((runner.k_cache[:, 0], runner.v_cache[:, 0]), before):  # the prompt's slots untouched
+        assert torch.equal(cache[:, :, :root], old[:, :, :root]) and torch.equal(cache[:, :, root + n :], old[:, :, root + n :])
+    assert torch.equal(verify(), tree)  # a second verify of the same tree, over what the first left: the same
     for i in range(n):
         path = []
         j = i
@@ -104,7 +108,9 @@ def test_a_tree_nodes_logits_equal_its_paths_chain():
         chain(prompt, torch.arange(root)[None], attn_len=root)
         logits = chain(nodes[:, path], root + torch.arange(len(path))[None], attn_len=root + len(path)).logits[0]
         assert torch.equal(tree[i], logits[-1]), f"node {i} (path {path})"
-    assert torch.equal(runner.k_cache[:, 0, :, root : root + n], cache_after)  # the tree's slots hold its nodes
+        for tree_cache, chain_cache in ((runner.k_cache, chain.k_cache), (runner.v_cache, chain.v_cache)):
+            # the tree's slot root + i holds node i's key and value, as the chain's slot of its depth does
+            assert torch.equal(tree_cache[:, 0, :, root + i], chain_cache[:, 0, :, root + depth[i]]), f"node {i}'s slot"
 
 
 def test_float32_small_inner_sizes_and_batch_invariant_false_keep_the_plain_path():
