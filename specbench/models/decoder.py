@@ -739,18 +739,18 @@ class DecoderRunner(nn.Module):
         cos, sin = self._rotary(x, self._rope_positions(positions))  # [B, T, D], computed as transformers does
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
         slots = positions if slots is None else slots
-        if tree_path is None:  # 1) each query at position p sees its own row's slots 0..p
-            mask = torch.arange(s, device=tokens.device)[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
-        else:  # 1) a tree: each token sees the slots below its root's, then its ancestors' slots
-            mask = tree_slot_mask(tree_path, positions, s)[:, None]
         # flat row indices of the [B, Hkv, S, D] cache viewed as [B*Hkv*S, D] (one index_copy_; bf16 scatter_ is slow)
         write_idx = ((torch.arange(bsz * hkv, device=tokens.device).view(bsz, hkv, 1) * self.max_len
                       + slots[:, None, :]).reshape(-1))
         layer_hidden: list[torch.Tensor] = []
         invariant = self.cpu_invariant and (t <= DECODE_KERNEL_MAX_T or tree_path is not None)  # as on CUDA
         lin, ws = (_packed_linear, self._wp) if self.cpu_invariant else (_linear, self._w)
-        if invariant:  # attention runs per (row, query) over its own slots, in this order
+        if invariant:  # 1) attention runs per (row, query) over its own slots, in this order
             plan = self._per_query_plan(positions.tolist(), None if tree_path is None else tree_path.tolist())
+        elif tree_path is None:  # 1) each query at position p sees its own row's slots 0..p
+            mask = torch.arange(s, device=tokens.device)[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
+        else:  # 1) a tree: each token sees the slots below its root's, then its ancestors' slots
+            mask = tree_slot_mask(tree_path, positions, s)[:, None]
         for i, layer in enumerate(self.layers):
             attn, w = layer.self_attn, ws[i]
             h = rmsnorm_ref(x, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
