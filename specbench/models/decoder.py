@@ -410,19 +410,73 @@ class CpuLinear(nn.Linear):
         return _linear(x, self.weight, self.bias, self.half)
 
 
-def pack_linears(module: nn.Module, half_weights: bool = False, skip: Iterable[nn.Module] = ()) -> int:
+class Int8Linear(nn.Linear):
+    """An nn.Linear whose bf16 inference forward (no grad) on the CPU runs on an int8 copy of its weight with one
+    scale per output row, the input staying bf16 (weight-only int8: `torch._weight_int8pack_mm`). For a drafter's
+    own layers: its products only shape its proposals, which verification keeps lossless. It streams half the bytes
+    of the bf16 weight: SmolLM2-135M's shipped EAGLE head, 0.40 ms of products a pass in bf16 on packed weights
+    against 0.28 ms in int8 (alone, in cache; experiments/cpu/README.md). The product is the same whatever the number
+    of rows or threads (checked there). The weight stays the Parameter; made by `pack_linears(int8=True)`."""
+
+    qweight: torch.Tensor  # [N, K] int8
+    scales: torch.Tensor  # [N] bf16
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() or x.dtype != torch.bfloat16 or x.device.type != "cpu":
+            return F.linear(x, self.weight, self.bias)
+        y = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]).contiguous(), self.qweight, self.scales)
+        y = y.view(*x.shape[:-1], y.shape[-1])
+        return y if self.bias is None else y + self.bias
+
+
+# torch's CPU int8 product reads the inner size in blocks of 16: at other sizes it returned garbage (inner size 8,
+# 24, 40) or crashed (4, 12, 100, 577) on torch 2.13. Such a linear keeps its bf16 product.
+INT8_K_MULTIPLE = 16
+
+
+def int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N, K] weight -> (its int8 copy [N, K], bf16 scales [N]): symmetric, per output row, weight ~ q * scale. The
+    scale is rounded to bf16 before q is computed, so q fits the scale the product uses."""
+    w = weight.detach().float()
+    scales = (w.abs().amax(1) / 127).clamp_min(torch.finfo(torch.bfloat16).tiny).to(torch.bfloat16)
+    return torch.round(w / scales.float()[:, None]).clamp(-127, 127).to(torch.int8), scales
+
+
+def int8_product_works() -> bool:
+    """Whether this torch has the CPU int8 product and it agrees with its definition on a small probe (one call)."""
+    if not hasattr(torch, "_weight_int8pack_mm"):
+        return False
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(48, 3 * INT8_K_MULTIPLE, generator=g)
+    x = torch.randn(3, w.shape[1], generator=g).to(torch.bfloat16)
+    q, scales = int8_rows(w)
+    try:
+        got = torch._weight_int8pack_mm(x, q, scales).float()
+    except RuntimeError:
+        return False
+    want = x.float() @ (q.float() * scales.float()[:, None]).T
+    return bool(torch.allclose(got, want, rtol=2e-2, atol=2e-2 * float(want.abs().max())))
+
+
+def pack_linears(module: nn.Module, half_weights: bool = False, skip: Iterable[nn.Module] = (),
+                 int8: bool = False) -> int:
     """On the CPU, for inference: every nn.Linear inside `module` (its own, not ones it holds by reference outside its
     children), except those in `skip` (linears inference does not run), takes the decoder's CPU product. With oneDNN
-    bf16 (`onednn_bf16`) a bf16 one whose inner size is a multiple of ONEDNN_INVARIANT_K becomes a PackedLinear, its
-    weight packed once; a float32 one becomes a CpuLinear (also on a CPU with oneDNN bf16 that runs float32: one
-    whose bf16 product the probe refused), with a float16 copy of its weight to choose from if `half_weights` (and
-    the weight fits float16's range). The parameters stay the same objects. Returns how many changed. Call it after
-    the weights are loaded and before inference."""
+    bf16 (`onednn_bf16`) a bf16 one becomes an Int8Linear if `int8` (a drafter's layers only: the product is not the
+    bf16 one) and its inner size is a multiple of INT8_K_MULTIPLE, else a PackedLinear, its weight packed once, if
+    its inner size is a multiple of ONEDNN_INVARIANT_K; a float32 one becomes a CpuLinear (also on a CPU with oneDNN
+    bf16 that runs float32: one whose bf16 product the probe refused), with a float16 copy of its weight to choose
+    from if `half_weights` (and the weight fits float16's range). The parameters stay the same objects. Returns how
+    many changed. Call it after the weights are loaded and before inference."""
     onednn, count, skipped = onednn_bf16(), 0, {id(m) for m in skip}
+    int8 = int8 and onednn and int8_product_works()
     for name, sub in list(module.named_modules()):
         if type(sub) is not nn.Linear or sub.weight.device.type != "cpu" or id(sub) in skipped:
             continue
-        if onednn and sub.weight.dtype == torch.bfloat16 and sub.in_features % ONEDNN_INVARIANT_K == 0:
+        if int8 and sub.weight.dtype == torch.bfloat16 and sub.in_features % INT8_K_MULTIPLE == 0:
+            swapped = Int8Linear(sub.in_features, sub.out_features, bias=sub.bias is not None, device="meta")
+            swapped.qweight, swapped.scales = int8_rows(sub.weight)
+        elif onednn and sub.weight.dtype == torch.bfloat16 and sub.in_features % ONEDNN_INVARIANT_K == 0:
             swapped = PackedLinear(sub.in_features, sub.out_features, bias=sub.bias is not None, device="meta")
             swapped.packed = _pack_onednn(sub.weight)
         elif sub.weight.dtype == torch.float32:

@@ -350,7 +350,8 @@ class EagleProposer(HeadCheckpoint, Proposer):
     samples = True
 
     def __init__(self, ctx: BuildContext, k: int, name: str = "eagle", checkpoint: str | None = AUTO,
-                 fuse_layers: list[int] | None = None, cpu_half_weights: bool = True, **options: Any) -> None:
+                 fuse_layers: list[int] | None = None, cpu_half_weights: bool = True, cpu_int8_weights: bool = True,
+                 **options: Any) -> None:
         super().__init__(ctx, k, name, **options)
         target = ctx.target.model
         checkpoint = resolve_checkpoint(checkpoint, "eagle", ctx.target.spec)
@@ -364,16 +365,18 @@ class EagleProposer(HeadCheckpoint, Proposer):
             raise_if_fuse_layers_differ(fuse_layers, self.head.cfg.fuse_layers, checkpoint)
         fused = self.head.prepare_inference()
         if self.device.type == "cpu":  # the decoder's CPU products (bf16 on oneDNN: weights packed once)
-            pack_linears(self.head, half_weights=cpu_half_weights, skip=self.head.unfused_linears())
-            pack_linears(fused, half_weights=cpu_half_weights)
+            packing = dict(half_weights=cpu_half_weights, int8=cpu_int8_weights)
+            pack_linears(self.head, skip=self.head.unfused_linears(), **packing)
+            pack_linears(fused, **packing)
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:
         fl = cfg.get("fuse_layers")
         if fl is not None and (not isinstance(fl, (list, tuple)) or not all(isinstance(i, int) and i >= 0 for i in fl)):
             raise ConfigError(f"strategy.fuse_layers={fl!r}; allowed: null or a list of target layer indices, e.g. [2, 15, 27]")
-        if not isinstance(cfg.get("cpu_half_weights", True), bool):
-            raise ConfigError(f"strategy.cpu_half_weights={cfg.get('cpu_half_weights')!r}; allowed: true or false")
+        for flag in ("cpu_half_weights", "cpu_int8_weights"):
+            if not isinstance(cfg.get(flag, True), bool):
+                raise ConfigError(f"strategy.{flag}={cfg.get(flag)!r}; allowed: true or false")
         super().validate(cfg)
 
     @classmethod

@@ -332,6 +332,81 @@ def test_pack_linears_half_weights_keep_a_float16_copy(monkeypatch):
                                    rtol=1e-2, atol=1e-2)
 
 
+def test_int8_rows_quantize_each_row_to_its_own_scale():
+    """decoder.int8_rows: q in [-127, 127], each row's largest weight near +-127, every weight within half a step of
+    q * scale (the bf16 scale the product uses), a zero row kept zero."""
+    from specbench.models.decoder import int8_rows
+
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(7, 48, generator=g) * torch.logspace(-3, 1, 7)[:, None]  # rows of very different sizes
+    w[3] = 0
+    q, scales = int8_rows(w)
+    assert q.dtype == torch.int8 and q.shape == (7, 48) and scales.dtype == torch.bfloat16 and scales.shape == (7,)
+    assert int(q.abs().max()) <= 127 and bool((q.abs().amax(1)[[0, 1, 2, 4, 5, 6]] >= 126).all())
+    assert not q[3].any()
+    err = (q.float() * scales.float()[:, None] - w).abs()
+    assert bool((err <= 0.51 * scales.float()[:, None]).all())
+
+
+@pytest.mark.skipif(not hasattr(torch, "_weight_int8pack_mm"), reason="this torch has no CPU int8 product")
+def test_pack_linears_int8_for_a_drafters_bf16_layers(monkeypatch):
+    """pack_linears(int8=True) where oneDNN bf16 is taken: a bf16 linear whose inner size is a multiple of 16 becomes
+    an Int8Linear (the same Parameters), whose product is x times its dequantized weight up to bf16 rounding, a row's
+    bits the same whichever rows share the call, and grad on takes the plain bf16 weight; inner sizes 24 and 40 (the
+    int8 product returns garbage there) keep their bf16 linear; int8=False, or a torch whose int8 product fails the
+    probe, makes none."""
+    import specbench.models.decoder as dec
+
+    monkeypatch.setattr(dec, "onednn_bf16", lambda: True)
+    monkeypatch.setattr(dec, "_pack_onednn", lambda w, rows=None: w.detach().clone())  # only the int8 ones run here
+    g = torch.Generator().manual_seed(6)
+
+    def net() -> torch.nn.Sequential:
+        return torch.nn.Sequential(torch.nn.Linear(48, 24), torch.nn.Linear(24, 40, bias=False),
+                                   torch.nn.Linear(40, 16), torch.nn.Linear(16, 3)).to(torch.bfloat16)
+
+    m = net()
+    keys = {k: v.data_ptr() for k, v in m.state_dict().items()}
+    assert dec.pack_linears(m, int8=True) == 2
+    assert [type(x).__name__ for x in m] == ["Int8Linear", "Linear", "Linear", "Int8Linear"]
+    assert {k: v.data_ptr() for k, v in m.state_dict().items()} == keys
+    x = torch.randn(5, 3, 48, generator=g).to(torch.bfloat16)
+    with torch.inference_mode():
+        y = m[0](x)
+        want = F.linear(x.float(), m[0].qweight.float() * m[0].scales.float()[:, None], m[0].bias.float())
+        torch.testing.assert_close(y.float(), want, rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(y, F.linear(x, m[0].weight, m[0].bias), rtol=5e-2, atol=5e-2)  # near the bf16 one
+        assert torch.equal(m[0](x[1:2, 2:3]), y[1:2, 2:3])
+        assert m(x).shape == (5, 3, 3)
+    m[0](x).float().sum().backward()
+    assert m[0].weight.grad is not None and m[0].weight.grad.shape == (24, 48)
+
+    m = net()
+    dec.pack_linears(m, int8=False)
+    assert not any(isinstance(x, dec.Int8Linear) for x in m)
+    monkeypatch.setattr(dec, "int8_product_works", lambda: False)
+    m = net()
+    dec.pack_linears(m, int8=True)
+    assert not any(isinstance(x, dec.Int8Linear) for x in m)
+
+
+@pytest.mark.skipif(not hasattr(torch, "_weight_int8pack_mm"), reason="this torch has no CPU int8 product")
+def test_the_int8_product_probe_passes_here_and_fails_a_wrong_product(monkeypatch):
+    """decoder.int8_product_works: True with this torch's product, False for one that is off by a factor or raises."""
+    import specbench.models.decoder as dec
+
+    assert dec.int8_product_works()
+    real = torch._weight_int8pack_mm
+    monkeypatch.setattr(torch, "_weight_int8pack_mm", lambda x, q, s: real(x, q, s) * 1.5)
+    assert not dec.int8_product_works()
+
+    def raises(x, q, s):
+        raise RuntimeError("no kernel")
+
+    monkeypatch.setattr(torch, "_weight_int8pack_mm", raises)
+    assert not dec.int8_product_works()
+
+
 def test_time_cpu_forms_covers_every_row_count_before_the_run(monkeypatch):
     """decoder.time_cpu_forms (the CPU warm-up): every weight shape a DecoderRunner and the CpuLinear layers of a
     proposer-like object multiply through `_linear` gets its form for each of 1..8 rows and each bucket above them now,

@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from specbench_testing import chisquare_pvalue, resample_from_p, tiny
 from specbench.engine import Engine
+from specbench.models.decoder import onednn_bf16
 from specbench.errors import ConfigError
 from specbench.models.runner import make_runner
 from specbench.strategies.base import BuildContext
@@ -220,6 +221,40 @@ def test_lossless_greedy(arch, fuse, tmp_path):
         for s in range(0, len(prompts), bs):
             rows += engine.generate(prompts[s : s + bs])[0]
         assert [r.output_ids for r in rows] == ref, (arch, fuse, k, bs)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not onednn_bf16(), reason="needs oneDNN bf16 on this CPU (AMX / AVX512-BF16)")
+def test_cpu_int8_weights_keep_the_bf16_default_lossless(monkeypatch, tmp_path):
+    """strategy.cpu_int8_weights (default true) on a CPU with oneDNN bf16: the default job (the shipped head on the
+    packaged SmolLM2-135M in bf16) drafts through Int8Linear products and its output is still target-only decoding's
+    on every prompt; with false no int8 product runs, and the output is the same. Both heads are accepted (AL > 1.3).
+    A value that is not a bool is refused before any model loads."""
+    import specbench.models.decoder as dec
+    from hydra import compose, initialize_config_dir
+
+    from specbench.config import CONF_DIR
+    from specbench.run import run
+
+    with pytest.raises(ConfigError, match=r"strategy.cpu_int8_weights=1; allowed: true or false"):
+        EagleProposer.validate({"name": "eagle", "k": 3, "checkpoint": "random", "cpu_int8_weights": 1})
+    calls = []
+    real = dec.Int8Linear.forward
+    monkeypatch.setattr(dec.Int8Linear, "forward", lambda self, x: calls.append(1) or real(self, x))
+    outputs, als = [], []
+    for flag in ("true", "false"):
+        calls.clear()
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[
+                "dataset.num_prompts=3", "max_new_tokens=24", "logger=none", "engine.warmup=false", "engine.device=cpu",
+                f"strategy.cpu_int8_weights={flag}", f"+output_dir={tmp_path / flag}"])
+        report = run(cfg)
+        assert report.results["run"]["dtype"] == "bfloat16"
+        assert report.results["exact_match"]["all_equal"], report.results["exact_match"]
+        assert (len(calls) > 0) == (flag == "true")
+        outputs.append([o["output_token_ids"] for o in report.outputs])
+        als.append(report.results["strategy"]["acceptance_length"])
+    assert outputs[0] == outputs[1] and min(als) > 1.3, als
 
 
 def test_cpu_half_weights_keep_the_output_the_targets(monkeypatch, tmp_path):
