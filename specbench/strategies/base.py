@@ -56,7 +56,7 @@ from specbench.errors import ConfigError
 from specbench.models.loading import LoadedModel
 from specbench.strategies import trees
 from specbench.strategies.trees import topk_parents
-from specbench.verify import SamplingParams, Verdict, exp_noise, logits_to_probs, sample_from
+from specbench.verify import SamplingParams, Verdict, argmax_last, exp_noise, logits_to_probs, sample_from
 
 DRAFTING = ("chain", "parallel", "lookup")
 K_SCHEDULES = ("fixed", "heuristic", "confidence")
@@ -595,6 +595,6 @@ class Proposer(ABC):
     def _pick(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[B, N, V] logits -> draft tokens [B, N] and, when the strategy samples at T > 0, q [B, N, V]."""
         if self.sampling.greedy or not self.samples:
-            return logits.argmax(-1), None
+            return argmax_last(logits), None
         q = logits_to_probs(logits, self.sampling)
         return sample_from(q, exp_noise(q.shape, self.generator, q.device)), q
