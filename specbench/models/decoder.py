@@ -801,6 +801,7 @@ class DecoderRunner(nn.Module):
         lin, ws = (_packed_linear, self._wp) if self.cpu_invariant else (_linear, self._w)
         if invariant:  # 1) attention runs per (row, query) over its own slots, in this order
             plan = self._per_query_plan(positions.tolist(), None if tree_path is None else tree_path.tolist())
+            views = self._per_query_views(plan)
         elif tree_path is None:  # 1) each query at position p sees its own row's slots 0..p
             mask = torch.arange(s, device=tokens.device)[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
         else:  # 1) a tree: each token sees the slots below its root's, then its ancestors' slots
@@ -820,7 +821,7 @@ class DecoderRunner(nn.Module):
             kc.view(-1, d).index_copy_(0, write_idx, k.reshape(-1, d))
             vc.view(-1, d).index_copy_(0, write_idx, v.reshape(-1, d))
             if invariant:
-                o = self._attend_per_query(q, k, v, kc, vc, plan)
+                o = self._attend_per_query(q, k, v, kc, vc, plan, [[(kv[i], vv[i]) for kv, vv in row] for row in views])
             else:
                 o = F.scaled_dot_product_attention(q, kc[:, :, :s], vc[:, :, :s], attn_mask=mask, scale=self.scaling,
                                                    enable_gqa=True)
@@ -862,24 +863,31 @@ class DecoderRunner(nn.Module):
             plan.append((steps, (torch.tensor(moved), torch.tensor([own[j] for j in moved])) if moved else None))
         return plan
 
+    def _per_query_views(self, plan: list[tuple[list, Any]]) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+        """For `_attend_per_query`, once a forward: per row and query (in the plan's order), the views of every
+        layer's cached keys and values it reads, row b's slots 0..p as [L, 1, Hkv, p + 1, D] (a layer's is one
+        index away: about 4 us a query and layer less than slicing the layer's cache there)."""
+        return [[(self.k_cache[:, b : b + 1, :, : p + 1], self.v_cache[:, b : b + 1, :, : p + 1]) for _, p, _ in steps]
+                for b, (steps, _) in enumerate(plan)]
+
     def _attend_per_query(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor,
-                          plan: list[tuple[list, Any]]) -> torch.Tensor:
+                          plan: list[tuple[list, Any]], views: list[list[tuple[torch.Tensor, torch.Tensor]]]) -> torch.Tensor:
         """Batch-invariant attention on the CPU: q [B, Hq, T, D] -> [B, Hq, T, D], each query (b, t) in its own SDPA
         call over exactly the keys a 1-token forward at its position reads, in the same layout: row b's slots
         0..p. `plan` (`_per_query_plan`) gives the order and the tree nodes' moves; k, v [B, Hkv, T, D] are this
-        forward's keys and values, which the moves copy from."""
-        t = q.shape[2]
+        forward's keys and values, which the moves copy from; kc, vc [B, Hkv, S, D] are this layer's cache, and
+        views[b][n] the keys and values of its slots that the n-th query of row b's plan reads."""
+        bsz, hq, t, d = q.shape
         rows = []
         for b, (steps, moved) in enumerate(plan):
-            qb = q[b].transpose(0, 1).contiguous()  # [T, Hq, D]: query j is qb[j][None, :, None], [1, Hq, 1, D]
-            kcb, vcb = kc[b : b + 1], vc[b : b + 1]  # [1, Hkv, S, D]
+            qb = q[b].transpose(0, 1).contiguous().view(t, hq, 1, d).split(1)  # query j: [1, Hq, 1, D]
             outs: list[torch.Tensor] = [None] * t  # type: ignore[list-item]
-            for j, p, write in steps:
+            for (j, p, write), (keys, values) in zip(steps, views[b]):
                 if write:
-                    kcb[0, :, p] = k[b, :, j]
-                    vcb[0, :, p] = v[b, :, j]
-                outs[j] = F.scaled_dot_product_attention(qb[j][None, :, None], kcb[:, :, : p + 1], vcb[:, :, : p + 1],
-                                                         scale=self.scaling, enable_gqa=True)  # [1, Hq, 1, D]
+                    kc[b, :, p] = k[b, :, j]
+                    vc[b, :, p] = v[b, :, j]
+                outs[j] = F.scaled_dot_product_attention(qb[j], keys, values, scale=self.scaling,
+                                                         enable_gqa=True)  # [1, Hq, 1, D]
             if moved is not None:  # each moved node back in its own slot
                 kc[b].index_copy_(1, moved[1], k[b].index_select(1, moved[0]))
                 vc[b].index_copy_(1, moved[1], v[b].index_select(1, moved[0]))
