@@ -3,6 +3,7 @@
 # each job with its in-job target-only baseline (speedup measured side by side). Run it ALONE on the machine.
 #   bash experiments/frontier/run.sh                                         # first run (k=3, eagle tree depth 4)
 #   KS=1,2,4,5 TREE_KS=2,5 SETS=mt-bench,humaneval TAG=-k1245 bash experiments/frontier/run.sh   # second run
+#   (the committed sweeps are packed: tar xJf experiments/frontier/sweeps.tar.xz -C experiments/frontier)
 #   then: python -m specbench.report experiments/frontier/sweeps/* --out experiments/frontier
 # Strategies: suffix (chain), parallel (the shipped 2-layer PARD checkpoint), ngram, eagle (chain) and eagle with
 # EAGLE-2's dynamic tree (depth 4, top_k 4, 8 nodes). draft_model is not in it: smollm2-135m ships no smaller draft

@@ -5,6 +5,7 @@
 # LM that `parallel` runs with mask tokens), made first by experiments/frontier/pard_ar_draft.py:
 #   python experiments/frontier/pard_ar_draft.py .cache/pard-ar
 #   bash experiments/frontier/run3.sh
+#   (the committed sweeps are packed: tar xJf experiments/frontier/sweeps.tar.xz -C experiments/frontier)
 #   python -m specbench.report experiments/frontier/sweeps/*-run3 --out experiments/frontier/run3
 # Jobs in order of need (a cut run keeps every finished job: results.json is written last). On 2026-12-02 the last
 # sweep (the eagle tree on Spec-Bench) was stopped for time before its first job.
