@@ -19,13 +19,14 @@
 # setting that reproduces it (data.max_shards, train.stop_after). SMOKE=1 runs the same commands at toy
 # sizes on the CPU (a check before spending device time).
 #
-# What travels (the tree limit is 64 MiB a call, the packaged GGUF is 98 MB): the GGUF split in parts
-# (`split -b 33M` into .cache/gpu/a/part_aa, .cache/gpu/b/part_ab, .cache/gpu/c/part_ac), one part a call, with
-# .cache/gpu/b/data/ and .whl/ (../shared/device/fetch-wheels.sh); the device keeps ignored paths between calls
-# while it stays warm, and the stage joins the parts in name order. data/ holds MT-Bench's and HumanEval's files
-# (for the contamination check) and Spec-Bench's question.jsonl. The tracked tree is ~55 MB, 35 MB of it the
-# shipped checkpoints: for the calls that carry a GGUF part, move specbench/checkpoints/*/model.safetensors out of
-# the checkout and put them back after (no stage reads them).
+# What travels (the tree limit is 64 MiB a call, the packaged GGUF is 98 MB): `device_tree.sh stage` splits the GGUF
+# in two parts (.cache/gpu/a/part_aa, .cache/gpu/b/part_ab) and copies the data files into .cache/gpu/b/data/;
+# `device_tree.sh strip` moves the shipped checkpoints' weights and the rest of experiments/ out of the checkout (no
+# stage reads them), so that each part travels in a call of its own with .whl/ (../shared/device/fetch-wheels.sh);
+# `restore` puts them back. The device keeps ignored paths between calls while it stays warm, and the stage joins
+# the parts in name order. data/ holds MT-Bench's and HumanEval's files (for the contamination check) and
+# Spec-Bench's question.jsonl. device_tree.sh's header lists the calls of the arena run. (Until 2026-12-05 the GGUF
+# went in three parts of 33 MB with only the checkpoints' weights moved out; the stage joins either.)
 set -euo pipefail
 stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long|arena-data|arena}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this

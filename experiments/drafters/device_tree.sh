@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Prepares this checkout for pipeline.sh's device calls, and puts it back after. Run from the project root.
+#   bash experiments/drafters/device_tree.sh stage    # the packaged GGUF in two parts (.cache/gpu/a/part_aa, b/part_ab)
+#                                                     # and the data files pipeline.sh reads (.cache/gpu/b/data/)
+#   bash experiments/drafters/device_tree.sh strip    # move what no stage reads out of the checkout (to $STASH)
+#   bash experiments/drafters/device_tree.sh restore  # move it back (keeps a pipeline.sh edited meanwhile)
+# Why: a device call carries at most 64 MiB (the tree, counted in 4 KiB blocks, plus `carry`), and the GGUF is 98 MB.
+# Stripped, the tree is ~6 MB (the package without its checkpoints' weights, tests, pipeline.sh and prompts/), so
+# the GGUF travels in two calls of ~49 MB each, not three. The device keeps ignored paths between calls while it
+# stays warm (idle_release_s: 30), so make each call within 30 s of the last. The calls (run's `carry` in brackets):
+#   1. [.whl, .cache/gpu/a]  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+#                              --target /tmp/site .whl/*.whl     (part one; about 3 min to start the machine)
+#   2. [.whl, .cache/gpu/b]  bash experiments/drafters/pipeline.sh arena-data       (joins the parts, ~520 s of shards)
+#   3. [.whl]                bash experiments/drafters/pipeline.sh arena-data       (the rest of the shards)
+#   4. [.whl]                BASE_HEADS= bash experiments/drafters/pipeline.sh arena  (trains; AL of the new head)
+# then `restore`, and unpack $OUT's <name>.tgz.part_* (cat, tar xz). About 1300-1400 s of device time in all.
+set -euo pipefail
+root=$(git rev-parse --show-toplevel)
+cd "$root"
+STASH=${STASH:-/tmp/specbench-device-stash}
+gguf=${SPECBENCH_CACHE:-$HOME/.cache/specbench}/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+case "${1:?usage: device_tree.sh stage|strip|restore}" in
+  stage)
+    [ -f "$gguf" ] || { echo "no $gguf: run python -m specbench once (it fetches the packaged model)"; exit 1; }
+    mkdir -p .cache/gpu/a .cache/gpu/b/data
+    split -b 49200000 "$gguf" .cache/gpu/part_
+    mv .cache/gpu/part_aa .cache/gpu/a/ && mv .cache/gpu/part_ab .cache/gpu/b/
+    data=${SPECBENCH_CACHE:-$HOME/.cache/specbench}/data
+    cp "$data/mt_bench_question.jsonl" "$data/HumanEval.jsonl.gz" ../shared/data/spec_bench/question.jsonl .cache/gpu/b/data/
+    cat .cache/gpu/?/part_a? | md5sum
+    du -sh .cache/gpu/a .cache/gpu/b ;;
+  strip)
+    [ ! -e "$STASH" ] || { echo "$STASH exists: restore first"; exit 1; }
+    mkdir -p "$STASH/checkpoints"
+    for d in specbench/checkpoints/*/; do
+      n=$(basename "$d")
+      if [ -f "$d/model.safetensors" ]; then mkdir -p "$STASH/checkpoints/$n" && mv "$d/model.safetensors" "$STASH/checkpoints/$n/"; fi
+    done
+    mv experiments "$STASH/experiments"
+    mkdir -p experiments/drafters
+    cp "$STASH/experiments/drafters/pipeline.sh" "$STASH/experiments/drafters/device_tree.sh" experiments/drafters/
+    cp -r "$STASH/experiments/drafters/prompts" experiments/drafters/
+    du -sh --exclude=.git --exclude=.venv --exclude=.cache . ;;
+  restore)
+    [ -d "$STASH" ] || { echo "nothing stashed at $STASH"; exit 1; }
+    for d in "$STASH"/checkpoints/*/; do mv "$d/model.safetensors" "specbench/checkpoints/$(basename "$d")/"; done
+    cp experiments/drafters/pipeline.sh "$STASH/experiments/drafters/pipeline.sh"
+    rm -rf experiments && mv "$STASH/experiments" experiments && rm -rf "$STASH"
+    git status --short | head ;;
+  *) echo "usage: device_tree.sh stage|strip|restore"; exit 1 ;;
+esac
