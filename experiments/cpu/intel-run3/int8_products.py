@@ -14,20 +14,10 @@ from specbench.models.decoder import int8_rows
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # experiments/cpu
 from bench_attention_rows import best_us  # noqa: E402  (best of 5 rounds, us a call)
+from int4_weights import int4  # noqa: E402
 
 SHAPES = {"fc": (576, 1152), "qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536),
           "lm_head": (8192, 576)}
-
-
-def int4(w, gs):
-    n, k = w.shape
-    wg = w.float().view(n, k // gs, gs)
-    lo, hi = wg.amin(-1), wg.amax(-1)
-    scale = (hi - lo).clamp_min(1e-6) / 15
-    q = torch.clamp(torch.round((wg - lo[..., None]) / scale[..., None]), 0, 15).to(torch.int32).view(n, k)
-    sz = torch.stack([scale, lo + scale * 8], -1).transpose(0, 1).contiguous().bfloat16()
-    deq = ((q.view(n, k // gs, gs).float() - 8) * scale[..., None] + (lo + scale * 8)[..., None]).view(n, k)
-    return torch._convert_weight_to_int4pack_for_cpu(q, 1), sz, float((deq - w).norm() / w.norm())
 
 
 torch.manual_seed(0)

@@ -6,28 +6,22 @@ import functools
 import os
 import runpy
 import sys
+from pathlib import Path
 
 import torch
 
 import specbench.strategies.eagle as eagle
 
+sys.path.insert(0, str(Path(__file__).parents[1]))  # experiments/cpu
+from int4_weights import int4  # noqa: E402
+
 GS = int(os.environ.get("GS", "32"))
-
-
-def int4(w: torch.Tensor, gs: int) -> tuple[torch.Tensor, torch.Tensor]:
-    n, k = w.shape
-    wg = w.float().view(n, k // gs, gs)
-    lo, hi = wg.amin(-1), wg.amax(-1)
-    scale = (hi - lo).clamp_min(1e-6) / 15
-    q = torch.clamp(torch.round((wg - lo[..., None]) / scale[..., None]), 0, 15).to(torch.int32).view(n, k)
-    sz = torch.stack([scale, lo + scale * 8], -1).transpose(0, 1).contiguous().bfloat16()
-    return torch._convert_weight_to_int4pack_for_cpu(q, 1), sz
 
 
 class Int4Head(torch.nn.Module):
     def __init__(self, lin: torch.nn.Linear) -> None:
         super().__init__()
-        self.packed, self.scales_zeros = int4(lin.weight.detach(), GS)
+        self.packed, self.scales_zeros, _ = int4(lin.weight.detach(), GS)
         self.weight = lin.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
