@@ -29,12 +29,12 @@ declare -A cmd=(
 names=${SUITE_PARTS:-kernels front1 every batch64 rest big}  # SUITE_PARTS: a subset, when device time is short
 # On a card of under 100 GiB (the H100's 80 GB) the five processes beside 'big' (64 GB) do not fit: there 'batch64'
 # and 'rest' wait for 'front1' (two 8B processes at a time), and 'big' needs a call of its own (SUITE_PARTS=big)
-gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)  # MiB
-small=$(( ${gib:-0} < 100000 ))
+mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+small=$(( ${mib:-0} < 100000 ))
 if [ "$small" = 1 ] && [[ " $names " == *" big "* ]] && [ "$names" != big ]; then
   names=$(echo " $names " | sed 's/ big / /; s/^ //; s/ $//')
   SUITE_PARTS=$names  # the log says PARTIAL
-  echo "a ${gib} MiB card: 'big' left out here; run it in a call of its own (SUITE_PARTS=big)"
+  echo "a ${mib} MiB card: 'big' left out here; run it in a call of its own (SUITE_PARTS=big)"
 fi
 ( peak=0; while sleep 2; do  # the card's peak memory in use, for the log
     m=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
@@ -60,7 +60,7 @@ kill "$sampler" 2>/dev/null
 {
   echo "# GPU suite at ${SUITE_COMMIT:-$(git rev-parse --short HEAD)}, $(date -u), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
   [ -z "${SUITE_PARTS:-}" ] || echo "# PARTIAL: only the processes $names"
-  echo "# peak GPU memory in use: $(cat "$logs/peak" 2>/dev/null || echo '?') MiB of ${gib} MiB"
+  echo "# peak GPU memory in use: $(cat "$logs/peak" 2>/dev/null || echo '?') MiB of ${mib} MiB"
   python3 -c "import torch, triton, transformers; print('# torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
   for n in $names; do echo "# process $n:"; echo "#   pytest ${cmd[$n]}"; cat "$logs/$n.log"; done
 } > "$out/suite.txt"
