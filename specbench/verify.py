@@ -92,8 +92,8 @@ def exp_noise(shape: tuple[int, ...], generator: torch.Generator | None, device:
 
 def argmax_last(x: torch.Tensor) -> torch.Tensor:
     """x.argmax(-1). On the CPU as x.max(-1).indices, which gives the same index (the first maximal one; a NaN's if
-    there is one) and is faster there: over 49,152 ids 25 us against argmax's 68 us, over [1, 3, 49152] 49 against
-    134 us (torch 2.13, the 2-core Intel Xeon of experiments/cpu/README.md). The same on 3,000 random cases with
+    there is one) and is faster there: over 49,152 ids 23 us against argmax's 63 us, over [1, 3, 49152] 41 against
+    123 us (torch 2.13, the 2-core Intel Xeon; experiments/cpu/intel-run3/argmax_forms.txt). The same on 3,000 random cases with
     ties, -inf and NaN (tests/test_verify.py)."""
     return x.max(-1).indices if x.device.type == "cpu" else x.argmax(-1)
 

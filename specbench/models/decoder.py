@@ -414,8 +414,8 @@ class Int8Linear(nn.Linear):
     """An nn.Linear whose bf16 inference forward (no grad) on the CPU runs on an int8 copy of its weight with one
     scale per output row, the input staying bf16 (weight-only int8: `torch._weight_int8pack_mm`). For a drafter's
     own layers: its products only shape its proposals, which verification keeps lossless. It streams half the bytes
-    of the bf16 weight: SmolLM2-135M's shipped EAGLE head, 0.40 ms of products a pass in bf16 on packed weights
-    against 0.28 ms in int8 (alone, in cache; experiments/cpu/README.md). The product is the same whatever the number
+    of the bf16 weight: SmolLM2-135M's shipped EAGLE head, 0.379 ms of products a pass in bf16 on packed weights
+    against 0.254 ms in int8 (alone, in cache; experiments/cpu/intel-run3/int8_products.txt). The product is the same whatever the number
     of rows or threads (checked there). The weight stays the Parameter; made by `pack_linears(int8=True)`."""
 
     qweight: torch.Tensor  # [N, K] int8

@@ -47,7 +47,7 @@ from specbench.errors import ConfigError
 from specbench.models.draft_runner import make_draft_runner
 from specbench.strategies.base import BuildContext, DecodeState, Draft, Proposer
 from specbench.strategies.draft_model import DraftModelProposer, cross_rule, raise_if_cross_unsupported
-from specbench.verify import Verdict, exp_noise, logits_to_probs, sample_from
+from specbench.verify import Verdict, argmax_last, exp_noise, logits_to_probs, sample_from
 
 
 # -- text <-> tokens (pure helpers) ------------------------------------------------------------------------------
@@ -292,10 +292,10 @@ class CrossTokenizerProposer(DraftModelProposer):
     def _pick_draft(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[B, V_draft] logits -> draft ids [B] and, for tli at T > 0, q over the target's ids [B, V_target]."""
         if self.d2t is None:
-            return logits.argmax(-1), None  # uad: the draft's own greedy choice
+            return argmax_last(logits), None  # uad: the draft's own greedy choice
         logits = logits.masked_fill(self.unshared, float("-inf"))  # tli: shared tokens only
         if self.sampling.greedy:
-            return logits.argmax(-1), None
+            return argmax_last(logits), None
         q = logits_to_probs(logits, self.sampling)  # [B, V_draft], zero off the intersection
         d = sample_from(q, exp_noise(q.shape, self.generator, q.device))
         q_target = torch.zeros((q.shape[0], self.target_vocab), device=q.device, dtype=q.dtype)
