@@ -138,10 +138,30 @@ class Draft:
 
 @dataclass
 class DraftOutput:
-    """What one draft forward gives the base, at the last input column of each row."""
+    """What one draft forward gives the base, at the last input column of each row.
+
+    A drafter over a reduced vocabulary (EAGLE-3's d2t) gives logits over that vocabulary only, with the target id
+    of each column: a chain picks, samples and stops on those columns (8,192 instead of 49,152 for the shipped
+    head) and only q goes back to the target's ids, zero elsewhere; trees take `full()`."""
 
     logits: torch.Tensor  # [B, N, V_draft]: N = 1 for a chain step, K for a parallel drafter
     hidden: torch.Tensor | None = None  # [B, 1, H] the draft's output feature (fed back by hidden-state drafters)
+    vocab_ids: torch.Tensor | None = None  # [V_draft] the target id of each logit column; None: column v is id v
+    vocab_size: int = 0  # with vocab_ids: the target's vocabulary, the last axis of q and of full()
+
+    def ids(self, columns: torch.Tensor) -> torch.Tensor:
+        """Logit columns [...] -> target token ids [...]."""
+        return columns if self.vocab_ids is None else self.vocab_ids[columns]
+
+    def on_target_ids(self, x: torch.Tensor, fill: float) -> torch.Tensor:
+        """[..., V_draft] over the columns -> [..., V] over the target's ids, `fill` off the reduced vocabulary."""
+        if self.vocab_ids is None:
+            return x
+        return x.new_full((*x.shape[:-1], self.vocab_size), fill).index_copy_(-1, self.vocab_ids, x)
+
+    def full(self) -> DraftOutput:
+        """The same output with logits over the target's ids (-inf off a reduced vocabulary: q = 0 there)."""
+        return self if self.vocab_ids is None else DraftOutput(self.on_target_ids(self.logits, float("-inf")), self.hidden)
 
 
 class Proposer(ABC):
@@ -461,6 +481,8 @@ class Proposer(ABC):
             elif all(n - 2 >= p for n, p in zip(state.lengths_host, state.prompt_lengths)):
                 t = 2
         out = self._forward(state, t, attn_len)  # ... then (or in the default scheme, with it) the pending token
+        if self.tree != "chain" or self.drafting != "chain":
+            out = out.full()  # trees and parallel drafters work on the target's ids (a chain maps its picks)
         self.last_logits = out.logits  # a parallel drafter's [B, K, V]: propose's confidence cut reads it
         if self.owns_kv_cache:
             self.seen = list(state.lengths_host)
@@ -492,16 +514,18 @@ class Proposer(ABC):
             return Draft(tokens=tokens, probs=probs)
         tokens, probs = [], []
         for i in range(k):
-            d, q = self._pick(out.logits)
+            col, q = self._pick(out.logits)  # over the draft's logit columns (a reduced vocabulary's own)
+            d = out.ids(col)  # [B, 1] target ids
             tokens.append(d)
             if q is not None:
-                probs.append(q)
+                probs.append(out.on_target_ids(q, 0.0))
             if self.tree == "topk" and self.top_k > 1:  # the runners-up after the same context, as one-hot leaves
-                others = out.logits.scatter(-1, d[..., None], float("-inf")).topk(self.top_k - 1, dim=-1).indices[:, 0]
+                others = out.logits.scatter(-1, col[..., None], float("-inf")).topk(self.top_k - 1, dim=-1).indices[:, 0]
+                others = out.ids(others)
                 tokens.append(others)
                 if q is not None:
-                    probs.append(torch.zeros_like(q).expand(-1, self.top_k - 1, -1).scatter(-1, others[..., None], 1.0))
-            if i + 1 < k and self.k_schedule == "confidence" and self._unsure(out.logits, d, q, state.active):
+                    probs.append(torch.zeros_like(probs[-1]).expand(-1, self.top_k - 1, -1).scatter(-1, others[..., None], 1.0))
+            if i + 1 < k and self.k_schedule == "confidence" and self._unsure(out.logits, col, q, state.active):
                 self.step_k = i + 1
                 break
             if i + 1 < k:
@@ -542,9 +566,9 @@ class Proposer(ABC):
                                   attn_len)
 
     def _feed(self, *args: Any, **kwargs: Any) -> DraftOutput:
-        """draft_forward for the tree expansions (trees.py), counted."""
+        """draft_forward for the tree expansions (trees.py), counted, its logits over the target's ids."""
         self.draft_forwards += 1
-        return self.draft_forward(*args, **kwargs)
+        return self.draft_forward(*args, **kwargs).full()
 
     def _keep_features(self, state: DecodeState, hidden: torch.Tensor | None, layer_hidden: list[torch.Tensor] | None,
                        positions: torch.Tensor | None, rows: slice = slice(None)) -> None:

@@ -159,15 +159,20 @@ class EagleHead(nn.Module):
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """[..., H] output features (forward's) -> [..., V] logits over the target's vocabulary; a reduced draft
         vocabulary's logits land at their target ids (i + d2t[i]), every other token at -inf (q = 0 there)."""
-        if self.norm is not None:
-            out = self.norm(out)
-        head = self.lm_head  # the target's own (held by reference) takes the target's CPU products
-        small = head(out) if head is self.draft_lm_head else linear(out, head.weight, head.bias)
+        small = self.draft_logits(out)
         if self.d2t is None:
             return small
         full = small.new_full((*small.shape[:-1], self.cfg.vocab_size), float("-inf"))
         ids = self.vocab_ids if self.vocab_ids is not None else self._vocab_ids()  # [Vd]
         return full.index_copy_(-1, ids, small)
+
+    def draft_logits(self, out: torch.Tensor) -> torch.Tensor:
+        """[..., H] output features -> [..., V_draft] logits over the draft vocabulary (draft id i is target id
+        i + d2t[i]; the target's whole vocabulary without d2t)."""
+        if self.norm is not None:
+            out = self.norm(out)
+        head = self.lm_head  # the target's own (held by reference) takes the target's CPU products
+        return head(out) if head is self.draft_lm_head else linear(out, head.weight, head.bias)
 
     def _vocab_ids(self) -> torch.Tensor:
         return torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t
@@ -418,4 +423,8 @@ class EagleProposer(HeadCheckpoint, Proposer):
         out = self.head(hidden, tokens, positions - 1, use_cache=True, attn_len=attn_len,
                         slots=None if slots is None else slots - 1, tree_path=None if tree_path is None else tree_path - 1)
         out = out if tree_path is not None else out[:, -1:]  # [B, T or 1, H]
-        return DraftOutput(logits=self.head.logits(out).float(), hidden=out)
+        head = self.head
+        if head.d2t is None:
+            return DraftOutput(logits=head.draft_logits(out).float(), hidden=out)
+        ids = head.vocab_ids if head.vocab_ids is not None else head._vocab_ids()  # [V_draft]
+        return DraftOutput(logits=head.draft_logits(out).float(), hidden=out, vocab_ids=ids, vocab_size=head.cfg.vocab_size)

@@ -127,6 +127,70 @@ def test_samples_draws_from_q_through_the_shared_sampler(target, draft):
     assert chisquare_pvalue(counts, q) > 1e-3
 
 
+class _ReducedVocabDraft(DraftModelProposer):
+    """A draft whose logits are kept on 7 of the 101 ids and returned over those 7 columns with their ids, as an
+    EAGLE-3 head's reduced draft vocabulary (d2t) is; FULL=True returns the same logits over all 101 ids."""
+
+    IDS = torch.tensor([2, 11, 12, 30, 57, 58, 99])  # ascending, as d2t's target ids are
+    FULL = False
+
+    def draft_forward(self, tokens, positions, hidden, attn_len, slots=None, tree_path=None):
+        out = super().draft_forward(tokens, positions, hidden, attn_len, slots, tree_path)
+        reduced = DraftOutput(logits=out.logits[..., self.IDS], hidden=out.hidden, vocab_ids=self.IDS, vocab_size=V)
+        return reduced.full() if self.FULL else reduced
+
+
+class _ReducedVocabDraftFull(_ReducedVocabDraft):
+    FULL = True
+
+
+@pytest.mark.parametrize("schedule", ["fixed", "confidence"])
+def test_a_reduced_vocabulary_drafts_what_its_full_logits_would(target, draft, schedule):
+    """A chain over a reduced vocabulary picks and stops on its own columns and returns target ids: the same drafts,
+    steps and output as the same logits spread over the whole vocabulary (-inf elsewhere), and the target's."""
+    got = {}
+    for cls in (_ReducedVocabDraft, _ReducedVocabDraftFull):
+        prop = cls(_ctx(target, draft), k=3, k_schedule=schedule, confidence_threshold=0.3)
+        drafts: list[torch.Tensor] = []
+        inner = prop.propose
+        prop.propose = lambda s, inner=inner, drafts=drafts: drafts.append(inner(s).tokens) or Draft(tokens=drafts[-1])
+        rows, _ = _generate(_ctx(target, draft), prop)
+        got[cls] = ([r.output_ids for r in rows], drafts)
+        assert all(bool(torch.isin(d, cls.IDS).all()) for d in drafts)
+    (out_r, drafts_r), (out_f, drafts_f) = got.values()
+    assert len(drafts_r) == len(drafts_f) and all(torch.equal(a, b) for a, b in zip(drafts_r, drafts_f))
+    assert out_r == out_f == hf_greedy(target.model, ragged_prompts(V, LENGTHS), 10)
+
+
+def test_a_reduced_vocabulary_samples_q_on_the_target_ids(target, draft):
+    """At T > 0 a reduced vocabulary's draft is drawn over its columns and mapped to target ids; q comes back over
+    the target's 101 ids, zero off the 7, equal to the full logits' softmax, and the draws follow it (chi-square)."""
+    from specbench_testing import chisquare_pvalue
+
+    sp = SamplingParams(temperature=1.0, seed=0)
+    prop = _ReducedVocabDraft(_ctx(target, draft, sp), k=1)
+    tokens = torch.tensor([[5, 7, 9, 11] + [0] * 8])
+    state = DecodeState(tokens=tokens, lengths=torch.tensor([4]), lengths_host=[4], prompt_lengths=[3],
+                        active=torch.tensor([True]), max_len=12)
+    prop.start(state, None)
+    full = _ReducedVocabDraftFull(_ctx(target, draft, sp), k=1)
+    full.start(state, None)
+    full.seen = [3]
+    want = full.propose(state).probs[0, 0]  # [V] softmax of the logits spread over all ids
+    counts = torch.zeros(V)
+    for _ in range(3000):
+        prop.seen = [3]
+        d = prop.propose(state)
+        counts[d.tokens[0, 0]] += 1
+    q = d.probs[0, 0]
+    assert q.shape == (V,)
+    torch.testing.assert_close(q, want, rtol=1e-5, atol=1e-7)
+    off = torch.ones(V, dtype=torch.bool)
+    off[_ReducedVocabDraft.IDS] = False
+    assert bool((q[off] == 0).all()) and counts[off].sum() == 0
+    assert chisquare_pvalue(counts, q) > 1e-3
+
+
 # --- pass_hidden_states_to_model -----------------------------------------------------------------------
 
 
