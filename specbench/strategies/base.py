@@ -141,8 +141,9 @@ class DraftOutput:
     """What one draft forward gives the base, at the last input column of each row.
 
     A drafter over a reduced vocabulary (EAGLE-3's d2t) gives logits over that vocabulary only, with the target id
-    of each column: a chain picks, samples and stops on those columns (8,192 instead of 49,152 for the shipped
-    head) and only q goes back to the target's ids, zero elsewhere; trees take `full()`."""
+    of each column: a chain or a tree picks, samples and stops on those columns (8,192 instead of 49,152 for the
+    shipped head), and only its tokens and q go back to the target's ids (q zero elsewhere); parallel drafters
+    take `full()`."""
 
     logits: torch.Tensor  # [B, N, V_draft]: N = 1 for a chain step, K for a parallel drafter
     hidden: torch.Tensor | None = None  # [B, 1, H] the draft's output feature (fed back by hidden-state drafters)
@@ -481,8 +482,8 @@ class Proposer(ABC):
             elif all(n - 2 >= p for n, p in zip(state.lengths_host, state.prompt_lengths)):
                 t = 2
         out = self._forward(state, t, attn_len)  # ... then (or in the default scheme, with it) the pending token
-        if self.tree != "chain" or self.drafting != "chain":
-            out = out.full()  # trees and parallel drafters work on the target's ids (a chain maps its picks)
+        if self.drafting != "chain":
+            out = out.full()  # a parallel drafter's logits over the target's ids (chains and trees map their picks)
         self.last_logits = out.logits  # a parallel drafter's [B, K, V]: propose's confidence cut reads it
         if self.owns_kv_cache:
             self.seen = list(state.lengths_host)
@@ -566,9 +567,9 @@ class Proposer(ABC):
                                   attn_len)
 
     def _feed(self, *args: Any, **kwargs: Any) -> DraftOutput:
-        """draft_forward for the tree expansions (trees.py), counted, its logits over the target's ids."""
+        """draft_forward for the tree expansions (trees.py), counted."""
         self.draft_forwards += 1
-        return self.draft_forward(*args, **kwargs).full()
+        return self.draft_forward(*args, **kwargs)
 
     def _keep_features(self, state: DecodeState, hidden: torch.Tensor | None, layer_hidden: list[torch.Tensor] | None,
                        positions: torch.Tensor | None, rows: slice = slice(None)) -> None:

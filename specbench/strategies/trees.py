@@ -43,7 +43,9 @@ from specbench.verify import exp_noise
 TREES = ("chain", "topk", "static", "dynamic")  # strategy.tree
 
 # feed(tokens [B, T], positions [B, T], hidden [B, T, H] | None, attn_len, slots [B, T], tree_path [B, T, E])
-#   -> an object with .logits [B, T, V] and .hidden [B, T, H] | None (the base's draft forward)
+#   -> the base's DraftOutput: .logits [B, T, V'] over its columns (a reduced draft vocabulary's own, EAGLE-3's d2t,
+#   or the target's ids), .hidden [B, T, H] | None, .ids(columns) -> target ids, .on_target_ids(x, fill) -> [..., V].
+#   The trees rank and draw over the columns and map what they return: tokens to target ids, q to [..., V]
 Feed = Callable[..., Any]
 
 
@@ -178,7 +180,8 @@ def expand_dynamic(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: l
     there (the rerank then keeps num_nodes of the nodes made, so the verify shape does not change)."""
     bsz, dev = lengths.shape[0], lengths.device
     attn_len = max(lengths_host) + (k - 1) * w
-    score, tok = torch.log_softmax(root.logits[:, -1].float(), -1).topk(w, -1)  # [B, w] depth 1
+    score, col = torch.log_softmax(root.logits[:, -1].float(), -1).topk(w, -1)  # [B, w] depth 1
+    tok = root.ids(col)  # target ids
     scores, toks, parents = [score], [tok], [torch.full_like(tok, -1)]
     front = torch.arange(w, device=dev).expand(bsz, w)  # the frontier's node ids
     path = (lengths - 1)[..., None].expand(bsz, w, 1)  # [B, w, 1]: the pending token's slot
@@ -188,9 +191,9 @@ def expand_dynamic(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: l
         if stop is not None and made >= num_nodes and stop(score, depth):
             break
         out, path = _frontier_forward(feed, tok, depth, hidden, path, lengths, (depth - 1) * w, attn_len)
-        child_score, child_tok = (score[..., None] + torch.log_softmax(out.logits.float(), -1)).topk(w, -1)
+        child_score, child_col = (score[..., None] + torch.log_softmax(out.logits.float(), -1)).topk(w, -1)
         scores.append(child_score.flatten(1))  # [B, w * w], frontier-major
-        toks.append(child_tok.flatten(1))
+        toks.append(out.ids(child_col).flatten(1))
         parents.append(front[..., None].expand(-1, -1, w).flatten(1))
         best = scores[-1].topk(w, -1).indices  # [B, w] the next frontier among the children
         src = best // w  # the frontier column each one hangs under
@@ -251,12 +254,13 @@ def expand_dynamic_sampled(feed: Feed, root: Any, lengths: torch.Tensor, lengths
     lossless."""
     bsz, dev = lengths.shape[0], lengths.device
     attn_len = max(lengths_host) + (k - 1) * w
-    q0 = to_probs(root.logits[:, -1].float())  # [B, V]
+    q0 = to_probs(root.logits[:, -1].float())  # [B, V'] over the root's columns
     first = min(w, num_nodes)
-    order = draw_order(q0, num_nodes, generator)  # [B, num_nodes]: the root's children and any drawn on a stop
-    tok = order[:, :first]
-    score = q0.gather(1, tok).log()  # cumulative log draft probability of each frontier node
-    toks, probs, parents = [tok], [draw_rows(q0, tok)], [torch.full_like(tok, -1)]
+    order = draw_order(q0, num_nodes, generator)  # [B, num_nodes] columns: the root's children and any drawn on a stop
+    tok = root.ids(order[:, :first])  # target ids
+    score = q0.gather(1, order[:, :first]).log()  # cumulative log draft probability of each frontier node
+    toks, probs = [tok], [root.on_target_ids(draw_rows(q0, order[:, :first]), 0.0)]
+    parents = [torch.full_like(tok, -1)]
     ids = torch.arange(first, device=dev).expand(bsz, first)  # the frontier's node ids
     path = (lengths - 1)[..., None].expand(bsz, first, 1)  # [B, F, d]: each frontier node's ancestors' slots
     hidden = None if root.hidden is None else root.hidden[:, -1:].expand(-1, first, -1)  # its parent's output
@@ -264,8 +268,8 @@ def expand_dynamic_sampled(feed: Feed, root: Any, lengths: torch.Tensor, lengths
     while made < num_nodes and depth < k:
         if stop is not None and stop(score, depth):
             wide = order[:, first : first + num_nodes - made]  # drawn after the root's first children
-            toks.append(wide)
-            probs.append(draw_rows(q0.scatter(1, order[:, :first], 0.0), wide))
+            toks.append(root.ids(wide))
+            probs.append(root.on_target_ids(draw_rows(q0.scatter(1, order[:, :first], 0.0), wide), 0.0))
             parents.append(torch.full_like(wide, -1))
             made = num_nodes
             break
@@ -275,13 +279,13 @@ def expand_dynamic_sampled(feed: Feed, root: Any, lengths: torch.Tensor, lengths
         take = lambda t: t.gather(1, best[..., None].expand(-1, -1, t.shape[-1]))  # noqa: E731
         out, fed_path = _frontier_forward(feed, tok.gather(1, best), depth, None if hidden is None else take(hidden),
                                           take(path), lengths, (depth - 1) * w, attn_len)
-        q = to_probs(out.logits.float())  # [B, e, V]
-        child, rows = sample_children(q, w, generator)  # [B, e, w], [B, e, w, V]
+        q = to_probs(out.logits.float())  # [B, e, V'] over out's columns
+        child, rows = sample_children(q, w, generator)  # [B, e, w] columns, [B, e, w, V']
         n = min(e * w, left)  # the last expanded node keeps a prefix of its draws, by count
-        tok = child.flatten(1)[:, :n]
+        tok = out.ids(child).flatten(1)[:, :n]  # target ids
         score = (score.gather(1, best)[..., None] + q.gather(2, child).log()).flatten(1)[:, :n]
         toks.append(tok)
-        probs.append(rows.flatten(1, 2)[:, :n])
+        probs.append(out.on_target_ids(rows, 0.0).flatten(1, 2)[:, :n])
         parents.append(ids.gather(1, best)[..., None].expand(-1, -1, w).flatten(1)[:, :n])
         ids = made + torch.arange(n, device=dev).expand(bsz, n)
         path = fed_path.repeat_interleave(w, dim=1)[:, :n]  # a child's ancestors: its parent's path and slot
@@ -297,7 +301,7 @@ def expand_static(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: li
     bsz, dev, n = lengths.shape[0], lengths.device, len(tree.parents)
     attn_len = max(lengths_host) + sum(len(f) for f in tree.fed)
     tokens = torch.zeros((bsz, n), dtype=torch.long, device=dev)
-    ranked = root.logits[:, -1].topk(tree.width, -1).indices  # [B, width] the pending token's candidates
+    ranked = root.ids(root.logits[:, -1].topk(tree.width, -1).indices)  # [B, width] the pending token's candidates
     col = {}  # node -> its column in the forward that fed it
     paths: dict[int, torch.Tensor] = {}  # node -> [B, depth + 1] slots of its ancestors and itself
     outs: dict[int, Any] = {}  # node -> the forward that fed it
@@ -305,7 +309,7 @@ def expand_static(feed: Feed, root: Any, lengths: torch.Tensor, lengths_host: li
     for d in range(1, tree.depth + 1):
         for i in (i for i in range(n) if tree.depths[i] == d):  # this depth's tokens from their parents' candidates
             p = tree.parents[i]
-            cand = ranked if p < 0 else outs[p].logits[:, col[p]].topk(tree.width, -1).indices
+            cand = ranked if p < 0 else outs[p].ids(outs[p].logits[:, col[p]].topk(tree.width, -1).indices)
             tokens[:, i] = cand[:, tree.ranks[i]]
         if d == tree.depth:
             break

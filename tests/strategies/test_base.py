@@ -144,21 +144,27 @@ class _ReducedVocabDraftFull(_ReducedVocabDraft):
     FULL = True
 
 
-@pytest.mark.parametrize("schedule", ["fixed", "confidence"])
-def test_a_reduced_vocabulary_drafts_what_its_full_logits_would(target, draft, schedule):
-    """A chain over a reduced vocabulary picks and stops on its own columns and returns target ids: the same drafts,
-    steps and output as the same logits spread over the whole vocabulary (-inf elsewhere), and the target's."""
+@pytest.mark.parametrize("settings", [dict(), dict(k_schedule="confidence", confidence_threshold=0.3),
+                                      dict(tree="topk", top_k=2), dict(tree="static"),
+                                      dict(tree="dynamic", top_k=2, num_nodes=5),
+                                      dict(tree="dynamic", top_k=2, num_nodes=5, k_schedule="confidence")],
+                         ids=["chain", "chain-confidence", "topk", "static", "dynamic", "dynamic-confidence"])
+def test_a_reduced_vocabulary_drafts_what_its_full_logits_would(target, draft, settings):
+    """A chain or a tree over a reduced vocabulary ranks, picks and stops on its own columns and returns target ids:
+    the same drafts, steps and output as the same logits spread over the whole vocabulary (-inf elsewhere), and the
+    target's."""
     got = {}
     for cls in (_ReducedVocabDraft, _ReducedVocabDraftFull):
-        prop = cls(_ctx(target, draft), k=3, k_schedule=schedule, confidence_threshold=0.3)
-        drafts: list[torch.Tensor] = []
+        prop = cls(_ctx(target, draft), k=3, **settings)
+        drafts: list[Draft] = []
         inner = prop.propose
-        prop.propose = lambda s, inner=inner, drafts=drafts: drafts.append(inner(s).tokens) or Draft(tokens=drafts[-1])
+        prop.propose = lambda s, inner=inner, drafts=drafts: drafts.append(inner(s)) or drafts[-1]
         rows, _ = _generate(_ctx(target, draft), prop)
         got[cls] = ([r.output_ids for r in rows], drafts)
-        assert all(bool(torch.isin(d, cls.IDS).all()) for d in drafts)
+        assert all(bool(torch.isin(d.tokens, cls.IDS).all()) for d in drafts)
     (out_r, drafts_r), (out_f, drafts_f) = got.values()
-    assert len(drafts_r) == len(drafts_f) and all(torch.equal(a, b) for a, b in zip(drafts_r, drafts_f))
+    assert len(drafts_r) == len(drafts_f)
+    assert all(torch.equal(a.tokens, b.tokens) and torch.equal(a.parents, b.parents) for a, b in zip(drafts_r, drafts_f))
     assert out_r == out_f == hf_greedy(target.model, ragged_prompts(V, LENGTHS), 10)
 
 
@@ -189,6 +195,35 @@ def test_a_reduced_vocabulary_samples_q_on_the_target_ids(target, draft):
     off[_ReducedVocabDraft.IDS] = False
     assert bool((q[off] == 0).all()) and counts[off].sum() == 0
     assert chisquare_pvalue(counts, q) > 1e-3
+
+
+def test_a_reduced_vocabulary_draws_a_tree_over_its_columns(target, draft):
+    """At T > 0 a dynamic tree over a reduced vocabulary draws over the columns and returns target ids and q over the
+    target's ids: the root's first child follows q0, the full logits' softmax (chi-square); nothing off the 7 ids."""
+    from specbench_testing import chisquare_pvalue
+
+    sp = SamplingParams(temperature=1.0, seed=0)
+    settings = dict(k=2, tree="dynamic", top_k=2, num_nodes=3)
+    prop = _ReducedVocabDraft(_ctx(target, draft, sp), **settings)
+    tokens = torch.tensor([[5, 7, 9, 11] + [0] * 12])
+    state = DecodeState(tokens=tokens, lengths=torch.tensor([4]), lengths_host=[4], prompt_lengths=[3],
+                        active=torch.tensor([True]), max_len=16)
+    full = _ReducedVocabDraftFull(_ctx(target, draft, sp), **settings)
+    full.start(state, None)
+    full.seen = [3]
+    want = full.propose(state).probs[0, 0]  # [V] q0, the first draw's distribution
+    prop.start(state, None)
+    off = torch.ones(V, dtype=torch.bool)
+    off[_ReducedVocabDraft.IDS] = False
+    counts = torch.zeros(V)
+    for _ in range(2000):
+        prop.seen = [3]
+        d = prop.propose(state)
+        counts[d.tokens[0, 0]] += 1
+        assert d.probs.shape == (1, 3, V) and bool((d.probs[0][:, off] == 0).all())
+        assert bool(torch.isin(d.tokens, _ReducedVocabDraft.IDS).all())
+    torch.testing.assert_close(d.probs[0, 0], want, rtol=1e-5, atol=1e-7)
+    assert chisquare_pvalue(counts, want) > 1e-3
 
 
 # --- pass_hidden_states_to_model -----------------------------------------------------------------------
