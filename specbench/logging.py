@@ -127,7 +127,10 @@ def _by_category(results: Mapping[str, Any]) -> str:
 def results_table(results: Mapping[str, Any]) -> str:
     """The console table: baseline next to the strategy, timings as mean / median / p90."""
     sides = [(s, results[s]) for s in ("baseline", "strategy") if results.get(s)]
-    names = {"baseline": "none (baseline)", "strategy": results["run"]["strategy"]}
+    name = results["run"]["strategy"]
+    if ((results.get("config") or {}).get("strategy") or {}).get("tree") == "auto" and results["run"].get("tree"):
+        name = f"{name} (tree={results['run']['tree']})"  # what strategy.tree=auto drafted on this machine
+    names = {"baseline": "none (baseline)", "strategy": name}
     header = ["metric"] + [names[s] for s, _ in sides]
     lines: list[list[str]] = []
 

@@ -491,7 +491,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
         summaries[side] = summarize(per_prompt[side], timings[side])
 
     results: dict[str, Any] = {
-        "run": {"strategy": p.strategy_cfg.get("name"), "k": proposer.k, "target": p.target.label,
+        "run": {"strategy": p.strategy_cfg.get("name"), "k": proposer.k, "tree": proposer.tree, "target": p.target.label,
                 "draft": p.draft.label if p.draft else None, "target_files": _model_files(p.target),
                 "draft_files": _model_files(p.draft) if p.draft else None, "checkpoint": p.checkpoint,
                 "dataset": (cfg.get("dataset") or {}).get("name"),

@@ -30,8 +30,8 @@ def cfg(*overrides: str):
 
 def test_default_config_is_the_embedded_default():
     c = cfg()
-    assert c.target.name == "smollm2-135m" and c.draft.name == "auto" and c.strategy.name == "eagle_adaptive"
-    assert (c.strategy.tree, c.strategy.k, c.strategy.k_schedule, c.strategy.confidence_threshold) == ("chain", 4, "confidence", 0.3)
+    assert c.target.name == "smollm2-135m" and c.draft.name == "auto" and c.strategy.name == "eagle_auto"
+    assert (c.strategy.tree, c.strategy.k, c.strategy.k_schedule, c.strategy.confidence_threshold) == ("auto", 4, "confidence", {"chain": 0.3, "dynamic": 0.4})
     assert c.dataset.name == "mt-bench" and c.logger.name == "wandb" and c.sampling.temperature == 0
     assert plan(c).draft is None  # eagle reads the target's features; no draft model to load
     p = plan(cfg("strategy=draft_model"))

@@ -683,6 +683,13 @@ class DecoderRunner(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.embed.weight.dtype
 
+    @property
+    def verify_attends_per_token(self) -> bool:
+        """Whether each token of a forward attends in a call of its own (the CPU's bit-invariant path), so a verify
+        costs about its token count in attention calls and a tree's every node costs what a chain's token does:
+        strategy.tree=auto drafts a chain then (trees.resolve_auto)."""
+        return self.cpu_invariant
+
     def allocate(self, batch_size: int, max_len: int) -> None:
         """(Re)allocate the static cache for `batch_size` rows of `max_len` slots, reusing it when it fits."""
         shape = (self.num_layers, batch_size, self.num_kv_heads, max_len, self.head_dim)

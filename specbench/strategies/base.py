@@ -186,19 +186,24 @@ class Proposer(ABC):
     def __init__(self, ctx: BuildContext, k: int, name: str = "", one_extra_forward_pass: bool = False,
                  drop_first_drafted_tokens: bool = False, tree: str = "chain", top_k: int = 1, num_nodes: int = 0,
                  tree_choices: list[list[int]] | None = None, k_schedule: str = "fixed",
-                 confidence_threshold: float = 0.4, k_by_batch_size: Mapping[int, int] | None = None,
+                 confidence_threshold: float | Mapping[str, float] = 0.4, k_by_batch_size: Mapping[int, int] | None = None,
                  **options: Any) -> None:
         if options:
             raise ConfigError(f"strategy {name or type(self).__name__} got unknown settings {sorted(options)}")
+        type(self).raise_if_bad_tree(name, tree, top_k, num_nodes, k, tree_choices)  # auto's settings fit a tree
         if k > 0:  # strategy none (k = 0) drafts nothing: the schedule settings are ignored
             type(self).raise_if_bad_schedule(name, k_schedule, confidence_threshold, k_by_batch_size, k, tree)
+        tree = trees.resolve_auto(tree, ctx.target_runner)  # tree=auto: chain or dynamic, as the target verifies
+        if isinstance(confidence_threshold, Mapping):  # tree=auto's threshold for the shape it resolved to
+            confidence_threshold = float(confidence_threshold[tree])
         self.k_schedule, self.confidence_threshold = k_schedule, confidence_threshold
         # [(rows, K)] ascending by rows: the K cap for a step with at least `rows` active rows
         self.k_by_batch_size = sorted((int(r), int(v)) for r, v in (k_by_batch_size or {}).items())
         self.k_now = k  # k_schedule=heuristic: this batch's current K
         self.step_k = k  # the K the last propose() drafted (a chain's length; a tree's depth bound)
         type(self).raise_if_bad_scheme(name, one_extra_forward_pass, drop_first_drafted_tokens)
-        type(self).raise_if_bad_tree(name, tree, top_k, num_nodes, k, tree_choices)
+        if tree == "chain":  # a chain reads neither (tree=auto resolved to a chain)
+            top_k, num_nodes = 1, 0
         self.tree, self.top_k, self.num_nodes = tree, top_k, num_nodes
         self.static_tree = trees.static_tree(trees.resolve_choices(tree_choices, k)) if tree == "static" else None
         self.static_parents = None if self.static_tree is None else torch.tensor([self.static_tree.parents], device=ctx.device)
@@ -264,10 +269,17 @@ class Proposer(ABC):
         """k_schedule, confidence_threshold and k_by_batch_size (adaptive K, see the module docstring)."""
         if schedule not in K_SCHEDULES:
             raise ConfigError(f"strategy.k_schedule={schedule!r} for strategy {name!r}; allowed: {', '.join(K_SCHEDULES)}")
+        probability = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1  # noqa: E731
+        if isinstance(threshold, Mapping):  # tree=auto: one threshold per shape it may resolve to
+            if tree != "auto" or set(threshold) != {"chain", "dynamic"} or not all(map(probability, threshold.values())):
+                raise ConfigError(f"strategy.confidence_threshold={dict(threshold)!r} for strategy {name!r} with "
+                                  f"tree={tree}; allowed: a number strictly between 0 and 1, or with tree=auto a "
+                                  f"mapping {{chain: x, dynamic: y}} of two such numbers (the threshold of the shape "
+                                  f"it resolves to)")
+        elif schedule == "confidence" and not probability(threshold):
+            raise ConfigError(f"strategy.confidence_threshold={threshold!r} for strategy {name!r} with "
+                              f"k_schedule=confidence; allowed: a number strictly between 0 and 1")
         if schedule == "confidence":
-            if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 < threshold < 1:
-                raise ConfigError(f"strategy.confidence_threshold={threshold!r} for strategy {name!r} with "
-                                  f"k_schedule=confidence; allowed: a number strictly between 0 and 1")
             if cls.drafting == "lookup":
                 raise ConfigError(f"strategy.k_schedule=confidence for strategy {name!r}; allowed only for drafters "
                                   f"with a draft distribution (draft_model, eagle, layer_skip, medusa): a lookup draft "
@@ -283,11 +295,12 @@ class Proposer(ABC):
             raise ConfigError(f"strategy.k_schedule={schedule} / k_by_batch_size={by_batch!r} with strategy.tree={tree} "
                               f"for strategy {name!r}; allowed: heuristic and k_by_batch_size with tree=chain only (a "
                               f"tree verifies a fixed node count per step); trees take k_schedule=fixed, and "
-                              f"tree=dynamic also k_schedule=confidence")
-        if schedule == "confidence" and tree not in ("chain", "dynamic"):
+                              f"tree=dynamic or auto also k_schedule=confidence")
+        if schedule == "confidence" and tree not in ("chain", "dynamic", "auto"):
             raise ConfigError(f"strategy.k_schedule=confidence with strategy.tree={tree} for strategy {name!r}; allowed "
-                              f"with tree=chain (stop drafting) or tree=dynamic (stop expanding when every path "
-                              f"probability is under the threshold); a topk or static tree has a fixed shape")
+                              f"with tree=chain (stop drafting), tree=dynamic (stop expanding when every path "
+                              f"probability is under the threshold) or tree=auto (one of the two); a topk or static "
+                              f"tree has a fixed shape")
 
     @classmethod
     def raise_if_bad_tree(cls, name: str, tree: Any, top_k: Any, num_nodes: Any = 0, k: int = 1,

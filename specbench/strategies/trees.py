@@ -8,6 +8,7 @@
 | topk | k * top_k | the chain, plus its top_k - 1 runners-up at every depth as leaves (a lookup strategy: up to top_k looked-up continuations as branches) |
 | static | len(tree_choices) | a fixed tree (EAGLE-1's; Medusa's sparse tree): node (r1, ..., rd) is the rank-rd token after node (r1, ..., rd-1) |
 | dynamic | num_nodes | EAGLE-2 (arXiv 2406.16858): per depth, expand the top_k nodes of highest cumulative draft log-probability into their top_k children; keep the num_nodes likeliest of all nodes made (at T > 0, a sampling drafter draws the children instead: below) |
+| auto | num_nodes or k | dynamic where the target verifies a tree for about the cost of its products; chain where each verified token's attention is a call of its own, so every node costs a verify what a token of a chain does (the CPU's bit-invariant bf16 path: `verify_attends_per_token` of the target's runner). Resolved once, when the strategy is built (`resolve_auto`); results.json's run.tree says which |
 
 Static and dynamic trees of a chain drafter (draft_model, eagle, layer_skip) feed each depth's frontier in one draft
 forward: the frontier goes to scratch slots past each row's tokens (L, L+1, ...), every node seeing its own
@@ -40,7 +41,7 @@ import torch
 from specbench.errors import ConfigError
 from specbench.verify import exp_noise
 
-TREES = ("chain", "topk", "static", "dynamic")  # strategy.tree
+TREES = ("chain", "topk", "static", "dynamic", "auto")  # strategy.tree
 
 # feed(tokens [B, T], positions [B, T], hidden [B, T, H] | None, attn_len, slots [B, T], tree_path [B, T, E])
 #   -> the base's DraftOutput: .logits [B, T, V'] over its columns (a reduced draft vocabulary's own, EAGLE-3's d2t,
@@ -51,6 +52,14 @@ Feed = Callable[..., Any]
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def resolve_auto(tree: str, target_runner: Any) -> str:
+    """strategy.tree=auto as this target verifies: "chain" where its runner attends per verified token (each node
+    of a tree would cost a verify what a token of a chain does), "dynamic" elsewhere; any other value as it is."""
+    if tree != "auto":
+        return tree
+    return "chain" if getattr(target_runner, "verify_attends_per_token", False) else "dynamic"
 
 
 def dynamic_tree_size(k: int, top_k: int) -> int:
@@ -112,13 +121,13 @@ def check_tree(name: str, drafting: str, tree: Any, top_k: Any, num_nodes: Any, 
         raise ConfigError(f"strategy.tree=static for strategy {name!r}; allowed for strategies that draft with a "
                           f"forward (draft_model, eagle, medusa, layer_skip); a lookup strategy drafts branches with "
                           f"tree=topk")
-    if tree == "dynamic":
+    if tree in ("dynamic", "auto"):  # auto may resolve to dynamic: its settings must fit one
         if drafting != "chain":
-            raise ConfigError(f"strategy.tree=dynamic for strategy {name!r}; allowed for strategies that draft "
+            raise ConfigError(f"strategy.tree={tree} for strategy {name!r}; allowed for strategies that draft "
                               f"one depth per forward (draft_model, eagle, layer_skip)")
         most = dynamic_tree_size(k, top_k)
         if not _is_int(num_nodes) or not 1 <= num_nodes <= most:
-            raise ConfigError(f"strategy.num_nodes={num_nodes!r} for strategy {name!r} with tree=dynamic, k={k}, "
+            raise ConfigError(f"strategy.num_nodes={num_nodes!r} for strategy {name!r} with tree={tree}, k={k}, "
                               f"top_k={top_k}; allowed: an integer from 1 to {most} (the nodes the expansion makes: "
                               f"top_k + (k - 1) * top_k^2)")
     if tree_choices is not None and tree != "static":

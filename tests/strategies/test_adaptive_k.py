@@ -188,7 +188,7 @@ def test_the_registry_yamls_hold_the_schedule_settings_and_pass_validation():
     for strategy, cfg in configs.items():  # every yaml, the ones added later included
         _strategy_class(strategy).validate(cfg)
         if cfg.get("tree", "chain") != "chain":  # a preset drafting a tree (eagle_tree): a confidence stop at most
-            assert (cfg["k_by_batch_size"], cfg["tree"]) == (None, "dynamic") and cfg["k_schedule"] in ("fixed", "confidence")
+            assert cfg["k_by_batch_size"] is None and cfg["tree"] in ("dynamic", "auto") and cfg["k_schedule"] in ("fixed", "confidence")
             continue
         if cfg["k_schedule"] != "fixed":  # a preset of a chain with a schedule of its own (eagle_adaptive): its base
             # yaml, the same class at a fixed k, is in the registry too

@@ -11,6 +11,7 @@ from specbench_testing import hf_greedy, perturbed, ragged_prompts, tiny
 from specbench.engine import Engine
 from specbench.errors import ConfigError
 from specbench.models.runner import RunnerWrapper, TransformersRunner, make_runner
+from specbench.strategies import trees
 from specbench.strategies.base import BuildContext
 from specbench.strategies.draft_model import DraftModelProposer
 from specbench.strategies.medusa import MedusaProposer
@@ -258,3 +259,69 @@ def test_the_transformers_backend_drafts_and_verifies_as_our_decoder_does(pair, 
         assert torch.equal(a.tokens, b.tokens) and torch.equal(a.parents, b.parents)
     for a, b in zip(l_hf, l_ours):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+class FakePerTokenAttention(RunnerWrapper):
+    """A fake for these tests: the target's runner, saying that its verify attends per token (as our decoder's
+    bit-invariant bf16 path does on a CPU with AMX), so that tree=auto meets both answers on any machine."""
+
+    verify_attends_per_token = True
+
+    def __call__(self, *args, **kwargs):
+        return self.runner(*args, **kwargs)
+
+
+@pytest.mark.parametrize("bsz", [1, 4])
+def test_tree_auto_drafts_the_dynamic_tree_or_the_chain_as_the_target_verifies(pair, bsz):
+    """strategy.tree=auto: the dynamic tree where the target's runner verifies a tree for the cost of its products
+    (float32 here: not per token), the chain (top_k and num_nodes dropped) where it attends per verified token; each
+    drafts what its explicit setting drafts, and T = 0 output is greedy decoding's."""
+    target, draft = pair
+    settings = dict(top_k=2, num_nodes=4, k_schedule="confidence", confidence_threshold=0.3)
+    direct = make_runner(target.model)
+    assert direct.verify_attends_per_token is False and direct.verify_attends_per_token == direct.cpu_invariant
+    prompts, auto_rows = _run(target, draft, SamplingParams(), bsz, k=4, tree="auto", **settings)
+    _, tree_rows = _run(target, draft, SamplingParams(), bsz, k=4, tree="dynamic", **settings)
+    want = hf_greedy(target.model, prompts, 12)
+    assert [r.output_ids for r in auto_rows] == want == [r.output_ids for r in tree_rows]
+    assert [(r.draft_tokens, r.accepted_tokens) for r in auto_rows] == [(r.draft_tokens, r.accepted_tokens) for r in tree_rows]
+
+    per_token = FakePerTokenAttention()
+    per_token.runner = make_runner(target.model)
+    ctx = BuildContext(target=target, target_runner=per_token, draft=draft, sampling=SamplingParams(), device=CPU)
+    proposer = DraftModelProposer(ctx, k=4, tree="auto", **settings)
+    assert (proposer.tree, proposer.top_k, proposer.num_nodes) == ("chain", 1, 0)
+    for runner, shape in [(per_token, "chain"), (direct, "dynamic")]:  # a threshold per shape: the resolved one's
+        ctx_t = BuildContext(target=target, target_runner=runner, draft=draft, sampling=SamplingParams(), device=CPU)
+        p = DraftModelProposer(ctx_t, k=4, tree="auto", top_k=2, num_nodes=4, k_schedule="confidence",
+                               confidence_threshold={"chain": 0.25, "dynamic": 0.45})
+        assert (p.tree, p.confidence_threshold) == (shape, {"chain": 0.25, "dynamic": 0.45}[shape])
+    engine = Engine(per_token, proposer, Verifier(SamplingParams(), CPU), max_new_tokens=12, eos_ids=set(), device=CPU)
+    chain_auto = [r for s in range(0, 4, bsz) for r in engine.generate(prompts[s : s + bsz])[0]]
+    _, chain_rows = _run(target, draft, SamplingParams(), bsz, k=4, k_schedule="confidence", confidence_threshold=0.3)
+    assert [r.output_ids for r in chain_auto] == want
+    assert [(r.draft_tokens, r.accepted_tokens) for r in chain_auto] == [(r.draft_tokens, r.accepted_tokens) for r in chain_rows]
+    assert [(r.draft_tokens, r.accepted_tokens) for r in chain_auto] != [(r.draft_tokens, r.accepted_tokens) for r in auto_rows]
+
+
+def test_tree_auto_takes_a_dynamic_trees_settings_and_rules():
+    """tree=auto may become a dynamic tree, so its settings must fit one, before anything resolves it; and the
+    schedules a tree refuses are refused for it."""
+    with pytest.raises(ConfigError, match="num_nodes=40 .* tree=auto"):
+        trees.check_tree("eagle", "chain", "auto", 2, 40, None, 4)
+    with pytest.raises(ConfigError, match="tree=auto for strategy 'medusa'"):
+        trees.check_tree("medusa", "parallel", "auto", 2, 4, None, 4)
+    with pytest.raises(ConfigError, match="tree=auto for strategy 'ngram'"):
+        trees.check_tree("ngram", "lookup", "auto", 2, 4, None, 4)
+    with pytest.raises(ConfigError, match="heuristic .*tree=auto"):
+        DraftModelProposer.validate({"name": "d", "k": 4, "tree": "auto", "top_k": 2, "num_nodes": 4,
+                                     "k_schedule": "heuristic"})
+    DraftModelProposer.validate({"name": "d", "k": 4, "tree": "auto", "top_k": 2, "num_nodes": 4,
+                                 "k_schedule": "confidence", "confidence_threshold": 0.3})
+    for bad, tree in [({"chain": 0.3, "dynamic": 0.4}, "dynamic"), ({"chain": 0.3}, "auto"),
+                      ({"chain": 0.3, "dynamic": 1.0}, "auto"), ({"chain": 0.3, "tree": 0.4}, "auto")]:
+        with pytest.raises(ConfigError, match=r"confidence_threshold=.* with tree=.*mapping \{chain: x, dynamic: y\}"):
+            DraftModelProposer.validate({"name": "d", "k": 4, "tree": tree, "top_k": 2, "num_nodes": 4,
+                                         "k_schedule": "confidence", "confidence_threshold": bad})
+    assert trees.resolve_auto("topk", FakePerTokenAttention()) == "topk"  # only auto is resolved
+    assert trees.resolve_auto("auto", object()) == "dynamic"  # a runner that does not say: the transformers backend
