@@ -22,6 +22,10 @@
 #          4. [.whl]  bash experiments/drafters/device_tree.sh wait-data && BASE_HEADS= bash experiments/drafters/pipeline.sh arena
 # bg-data starts `pipeline.sh arena-data` in a session of its own (setsid), which the device lets run on after the
 # call returns, until the machine goes back; wait-data waits for it to end. Its log is .cache/gpu/bg-data.log.
+# Tried on 2026-12-05 (twenty-eighth session) on an H100: bg-data ran, but beside it the suite's 'every' process
+# (331 s alone) was cut at its 540 s limit (the card's memory in use peaked at 78849 of 81559 MiB), so bg-data was
+# stopped and 'every' ran again alone (experiments/gpu/suite-2026-12-05-214c926.txt). On an H100 do not overlap: run
+# the suite's calls first, and the arena run's in a session of its own (or on an H200, untried).
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
