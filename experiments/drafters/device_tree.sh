@@ -26,10 +26,10 @@
 # (331 s alone) was cut at its 540 s limit (the card's memory in use peaked at 78849 of 81559 MiB), so bg-data was
 # stopped and 'every' ran again alone (experiments/gpu/suite-2026-12-05-214c926.txt). On an H100 do not overlap: run
 # the suite's calls first, and the arena run's in a session of its own (or on an H200, untried).
-# Alone on an H100 (an estimate, not run): the shard generation took 513-532 s on the H200, so expect ~650-700 s there
-# (calls 2 and 3), and the shipped recipe's 6000 steps took 334 s on the H200, so give call 4 TRAIN_BUDGET_S=500
-# (else the budget, not the recipe, sets the steps); its AL sweep may then be cut by DEADLINE_S, and the new head's AL
-# measured on the CPU from the checkpoint that comes back. To stop a bg-data early on the device:
+# Alone on an H100 (run on 2026-12-05, twenty-ninth session): call 2 made 55 of 65 shards in 533 s, call 3 the other
+# 10 in 120 s, call 4 (TRAIN_BUDGET_S=500, else the budget, not the recipe, sets the steps) trained 6000 steps in
+# 393 s and its AL sweep still fit the deadline; 1369 s of device time in all, the machine's start included.
+# To stop a bg-data early on the device:
 # pkill -f '[p]ipeline.sh arena-dat' (a plain pattern also matches the calling shell's own command line and kills it).
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)

@@ -139,7 +139,7 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
   # the budget ends); a second evals-data call goes on from the shards already made. With DATA_BUDGET_S=555 and the
   # device's 600 s limit, the eighth run's call was killed at 55 of 64 shards (2026-12-04).
   P=$PWD/experiments/drafters/prompts
-  # arena-data / arena (twenty-second session, 2026-12-04; not run yet): the same set plus Arena-Hard v2.0's 430
+  # arena-data / arena (twenty-second session, 2026-12-04; ran on an H100 on 2026-12-05: README, "Ninth run"): the same set plus Arena-Hard v2.0's 430
   # human-written requests (prompts/arena_hard.jsonl.gz; 136 creative writing, 164 coding, 130 math), listed ARENA_X
   # times so that they weigh more than 1% of the set: each copy's sampled response is a draw of its own, its greedy
   # one repeats. The head agrees with the target on them about as little as on MT-Bench
