@@ -13,6 +13,7 @@
 #   bash experiments/drafters/pipeline.sh long    # (call 2 instead) soft's recipe on a 1.5x schedule (9000 steps)
 #   bash experiments/drafters/pipeline.sh arena-data  # evals-data's set plus Arena-Hard's 430 requests x ARENA_X (calls 1, 2)
 #   bash experiments/drafters/pipeline.sh arena   # (call 3) soft's recipe on that set, then both heads' AL
+#   bash experiments/drafters/pipeline.sh magpie-more  # two more magpie sets (seeds 2 and 3, the second steered)
 # The EAGLE heads before the soft stage were trained on the target's top-1 (strategy.soft_labels=false, the
 # default until 2026-12-03): their stages say so, so they still make the same heads.
 # Every stage has a time budget, so a command ends inside its limit; what a budget cut is printed with the
@@ -28,7 +29,7 @@
 # Spec-Bench's question.jsonl. device_tree.sh's header lists the calls of the arena run. (Until 2026-12-05 the GGUF
 # went in three parts of 33 MB with only the checkpoints' weights moved out; the stage joins either.)
 set -euo pipefail
-stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long|arena-data|arena}
+stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long|arena-data|arena|magpie-more}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
 G=$PWD/.cache/gpu
 RUN=$G/run
@@ -207,6 +208,16 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
         'hydra.sweep.subdir=${hydra.job.num}' 2>&1 | tr '\r' '\n' | grep -E "^results:|acceptance length|Error" || true
     tar czf "$OUT/ev-al.tgz" -C "$RUN" ev-al
   fi
+fi
+
+if [ "$stage" = magpie-more ]; then
+  # 2026-12-05 (twenty-ninth session; README, "Ninth run"): more of the target's own requests, for a run that asks
+  # whether a wider spread of prompts carries over to MT-Bench. A plain set (seed 2) and one steered by task verbs
+  # (seed 3), each drawn for MAGPIE_MORE_S seconds at most; both come back in $OUT to be committed under prompts/
+  for s in "2:" "3:--magpie-openers"; do
+    py -m specbench.train.prompts --out "$OUT/magpie_seed${s%%:*}_smollm2-135m.jsonl.gz" --device $DEV --magpie $((MAGPIE * 2)) \
+        --code 0 --seed ${s%%:*} ${s#*:} --batch-size $MAGPIE_BS --magpie-time-budget ${MAGPIE_MORE_S:-110} | tail -3
+  done
 fi
 
 if [ "$stage" = more ]; then
