@@ -14,6 +14,8 @@
 #   bash experiments/drafters/pipeline.sh arena-data  # evals-data's set plus Arena-Hard's 430 requests x ARENA_X (calls 1, 2)
 #   bash experiments/drafters/pipeline.sh arena   # (call 3) soft's recipe on that set, then both heads' AL
 #   bash experiments/drafters/pipeline.sh magpie-more  # two more magpie sets (seeds 2 and 3, the second steered)
+#   bash experiments/drafters/pipeline.sh wide-data  # evals-data's set plus those two sets (calls 1, 2)
+#   bash experiments/drafters/pipeline.sh wide    # (call 3) soft's recipe on that set, then the new head's AL
 # The EAGLE heads before the soft stage were trained on the target's top-1 (strategy.soft_labels=false, the
 # default until 2026-12-03): their stages say so, so they still make the same heads.
 # Every stage has a time budget, so a command ends inside its limit; what a budget cut is printed with the
@@ -29,7 +31,7 @@
 # Spec-Bench's question.jsonl. device_tree.sh's header lists the calls of the arena run. (Until 2026-12-05 the GGUF
 # went in three parts of 33 MB with only the checkpoints' weights moved out; the stage joins either.)
 set -euo pipefail
-stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long|arena-data|arena|magpie-more}
+stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long|arena-data|arena|magpie-more|wide-data|wide}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
 G=$PWD/.cache/gpu
 RUN=$G/run
@@ -128,7 +130,7 @@ if [ "$stage" = eagle3 ]; then
 fi
 
 if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ] \
-    || [ "$stage" = arena-data ] || [ "$stage" = arena ]; then
+    || [ "$stage" = arena-data ] || [ "$stage" = arena ] || [ "$stage" = wide-data ] || [ "$stage" = wide ]; then
   # (issue 13 item 3) the shipped head's recipe (vocab: 2 responses per prompt, draft vocabulary 8192, 3-step
   # training-time test) on its prompts plus 10,635 human-written requests from OpenAI's evals registry
   # (prompts/openai_evals.jsonl.gz, `python -m specbench.train.prompts --magpie 0 --code 0 --evals -1`). The set is
@@ -140,7 +142,8 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
   # the budget ends); a second evals-data call goes on from the shards already made. With DATA_BUDGET_S=555 and the
   # device's 600 s limit, the eighth run's call was killed at 55 of 64 shards (2026-12-04).
   P=$PWD/experiments/drafters/prompts
-  # arena-data / arena (twenty-second session, 2026-12-04; ran on an H100 on 2026-12-05: README, "Ninth run"): the same set plus Arena-Hard v2.0's 430
+  # arena-data / arena (twenty-second session, 2026-12-04; ran on an H100 on 2026-12-05: README, "Ninth run"): the
+  # same set plus Arena-Hard v2.0's 430
   # human-written requests (prompts/arena_hard.jsonl.gz; 136 creative writing, 164 coding, 130 math), listed ARENA_X
   # times so that they weigh more than 1% of the set: each copy's sampled response is a draw of its own, its greedy
   # one repeats. The head agrees with the target on them about as little as on MT-Bench
@@ -150,13 +153,21 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
     for _ in $(seq "${ARENA_X:-4}"); do more="$more,$P/arena_hard.jsonl.gz"; done
     cache=distill5
   fi
+  # wide-data / wide (twenty-ninth session, 2026-12-05; not run yet): the same set plus the target's own requests of
+  # magpie-more (22,460: seeds 2 and 3), so about twice the prompts; the question the ninth run left: does a wider
+  # spread of the target's own requests carry over to MT-Bench where Arena's 430 did not? The set is ~120 shards, more
+  # than two data calls make on an H100 (~10 s a shard there): the shards made by then, a seeded subset, are used
+  if [ "$stage" = wide-data ] || [ "$stage" = wide ]; then
+    more=",$P/magpie_seed2_smollm2-135m.jsonl.gz,$P/magpie_seed3_smollm2-135m.jsonl.gz"
+    cache=distill6
+  fi
   EV="strategy=eagle strategy.unroll=3 strategy.soft_labels=false strategy.draft_vocab=8192 train.batch_size=$TB train.lr=6e-4 train.warmup=100
       $COMMON data.max_new_tokens=128 data.samples=2 data.temperature=0.7 data.cache_dir=$RUN/$cache
       data.path=[$P/magpie_smollm2-135m.jsonl.gz,$P/magpie_steered_smollm2-135m.jsonl.gz,$P/python_stdlib.jsonl.gz,$P/openai_evals.jsonl.gz,$SPEC$more]"
-  if [ "$stage" = evals-data ] || [ "$stage" = arena-data ]; then
+  if [ "$stage" = evals-data ] || [ "$stage" = arena-data ] || [ "$stage" = wide-data ]; then
     py -m specbench.train $EV train.steps=$((STEPS * 10 / 3)) train.stop_after=1 \
         data.time_budget_s=${DATA_BUDGET_S:-$((DEADLINE - SECONDS - 45))} output_dir=$RUN/$stage | grep -E "^distillation" | tail -4
-  elif [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ] || [ "$stage" = arena ]; then
+  elif [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ] || [ "$stage" = arena ] || [ "$stage" = wide ]; then
     # 2026-12-03 (twelfth session): the shipped head's exact recipe (evals: this set, 6000 steps, seed 0) with one
     # change, strategy.soft_labels=true: the token loss is a cross-entropy to the target's distribution over the draft
     # vocabulary (its LM head over the cached final-norm feature), as EAGLE and EAGLE-3 train, not to its top-1. Then
@@ -174,6 +185,7 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
     [ "$stage" = long ] && runs="long:" && EVALS_STEPS=${EVALS_STEPS:-$((STEPS * 15 / 2))}
     # arena: soft's recipe (the shipped head's), the data its only change
     [ "$stage" = arena ] && runs="arena:"
+    [ "$stage" = wide ] && runs="wide:"  # the same: the data its only change
     for v in $runs; do
       name=${v%%:*}
       py -m specbench.train $EV strategy.soft_labels=true ${v#*:} train.steps=${EVALS_STEPS:-$((STEPS * 5))} \
