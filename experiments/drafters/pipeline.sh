@@ -148,19 +148,15 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
   # times so that they weigh more than 1% of the set: each copy's sampled response is a draw of its own, its greedy
   # one repeats. The head agrees with the target on them about as little as on MT-Bench
   # (experiments/drafters/README.md, "Arena-Hard's requests"), so they are the kind the training set lacks.
-  more=""; cache=distill4
-  if [ "$stage" = arena-data ] || [ "$stage" = arena ]; then
-    for _ in $(seq "${ARENA_X:-4}"); do more="$more,$P/arena_hard.jsonl.gz"; done
-    cache=distill5
-  fi
   # wide-data / wide (twenty-ninth session, 2026-12-05; not run yet): the same set plus the target's own requests of
   # magpie-more (22,460: seeds 2 and 3), so about twice the prompts; the question the ninth run left: does a wider
   # spread of the target's own requests carry over to MT-Bench where Arena's 430 did not? The set is ~120 shards, more
   # than two data calls make on an H100 (~10 s a shard there): the shards made by then, a seeded subset, are used
-  if [ "$stage" = wide-data ] || [ "$stage" = wide ]; then
-    more=",$P/magpie_seed2_smollm2-135m.jsonl.gz,$P/magpie_seed3_smollm2-135m.jsonl.gz"
-    cache=distill6
-  fi
+  more=""; cache=distill4
+  case $stage in
+    arena-data|arena) for _ in $(seq "${ARENA_X:-4}"); do more="$more,$P/arena_hard.jsonl.gz"; done; cache=distill5 ;;
+    wide-data|wide) more=",$P/magpie_seed2_smollm2-135m.jsonl.gz,$P/magpie_seed3_smollm2-135m.jsonl.gz"; cache=distill6 ;;
+  esac
   EV="strategy=eagle strategy.unroll=3 strategy.soft_labels=false strategy.draft_vocab=8192 train.batch_size=$TB train.lr=6e-4 train.warmup=100
       $COMMON data.max_new_tokens=128 data.samples=2 data.temperature=0.7 data.cache_dir=$RUN/$cache
       data.path=[$P/magpie_smollm2-135m.jsonl.gz,$P/magpie_steered_smollm2-135m.jsonl.gz,$P/python_stdlib.jsonl.gz,$P/openai_evals.jsonl.gz,$SPEC$more]"
