@@ -84,6 +84,7 @@ class EngineConfig:
     cuda_graphs: Any = "auto"  # auto | true | false
     batch_invariant: Any = "auto"  # auto | true | false: logits independent of batch and verify width (run.plan)
     pdl: bool = True  # CUDA, Hopper and later: programmatic dependent launch of the decoder's GEMMs (kernels.decode.pdl)
+    fused_mlp: bool = True  # CUDA: a layer's MLP in one launch at up to 16 rows (kernels.skinny_gemm.fused_mlp), same bits
     tensor_parallel: int = 1  # ranks the target is split over (models/tensor_parallel.py); the draft is replicated
     shard_on_load: bool = False  # random-weight targets at tensor_parallel > 1: each rank builds only its own share
     scheduler: str = "static"  # static: batches of batch_size prompts; continuous: batch_size slots, refilled

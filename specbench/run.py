@@ -77,6 +77,7 @@ class _Plan:
     pdl: bool = True  # engine.pdl: programmatic dependent launch of the decoder's GEMMs (CUDA, Hopper and later)
     float32_invariant: bool = False  # engine.batch_invariant=true in float32 on the CPU: the target's oneDNN path
     baseline_order: str = "interleaved"  # baseline and strategy batch by batch in turns, or one after the other
+    fused_mlp: bool = True  # engine.fused_mlp: a layer's MLP in one launch at up to 16 rows (CUDA)
 
     @property
     def lossless(self) -> bool:
@@ -171,7 +172,7 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> _Plan:
                  max_new, c.max_model_len, e.backend, rules, cuda_graphs_default(e.cuda_graphs, device),
                  e.batch_invariant is not False, synthetic, cls.checkpoint_record(strategy_cfg, target),
                  e.tensor_parallel, e.scheduler, frozenset(e.stop_token_ids), e.shard_on_load, e.pdl, float32_invariant,
-                 c.baseline_order)
+                 c.baseline_order, fused_mlp=e.fused_mlp)
 
 
 def raise_if_float32_not_invariant(target: ModelSpec, backend: str) -> None:
@@ -424,8 +425,10 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
     # the kernels (and triton) load when a job runs, not when the CLI is imported: a test session that runs them in
     # Triton's interpreter must set TRITON_INTERPRET before triton is first imported (tests/kernels/conftest.py)
     from specbench.kernels.decode import pdl, use_pdl
+    from specbench.kernels.skinny_gemm import use_fused_mlp
 
-    use_pdl(p.pdl)  # a launch setting of this process's kernels, set per job before any graph is captured
+    use_pdl(p.pdl)  # launch settings of this process's kernels, set per job before any graph is captured
+    use_fused_mlp(p.fused_mlp)
 
     # models: load the target once; a draft equal to the target shares its weights (its own cache)
     # at tensor_parallel > 1 our decoder splits a whole-loaded target after loading; transformers splits the rest
@@ -503,6 +506,7 @@ def run(cfg: DictConfig | Mapping[str, Any]) -> Report:
                 "batch_invariant": p.batch_invariant, "float32_invariant": p.float32_invariant,
                 "tensor_parallel": p.tensor_parallel,
                 "shard_on_load": p.shard_on_load, "pdl": p.pdl and pdl(p.device),
+                "fused_mlp": p.fused_mlp and p.device.type == "cuda",
                 "graph_captures_while_timing": graph_captures() - captures_before},
         "config": OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg),
         "environment": _environment(p.device),

@@ -4,11 +4,12 @@
 #   bash experiments/gpu/frontdoor.sh "$OUT"
 # Each block is its own fresh process, so the first job of a process is what is timed first.
 # BLOCKS="1 2" runs only those blocks (default: all three), for device commands under their time limit.
+# EXTRA="engine.fused_mlp=false" adds overrides to every job (an A/B of a setting, each side a fresh process).
 set -u
 out=${1:-/tmp/frontdoor}; mkdir -p "$out"
 blocks=" ${BLOCKS:-1 2 3} "
 export WANDB_MODE=disabled PYTHONUNBUFFERED=1
-common="logger=none engine.ignore_eos=true"
+common="logger=none engine.ignore_eos=true ${EXTRA:-}"
 # 1) 8B + 0.6B, synthetic AL 2.8, k=3, batch 1: batch-invariant kernels (the default, FIRST job of the process) vs the fastest
 [[ $blocks == *" 1 "* ]] && timeout 200 python3 -m specbench -m $common target=qwen3-8b-random draft=qwen3-0.6b-random strategy=draft_model strategy.k=3 \
   verify.synthetic_acceptance_length=2.8 dataset=builtin max_new_tokens=128 engine.batch_invariant=true,false \

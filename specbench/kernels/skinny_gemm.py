@@ -88,6 +88,78 @@ if triton is not None:
             tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
+    @triton.jit
+    def _mlp_kernel(x_ptr, gu_ptr, d_ptr, h_ptr, out_ptr, bar_ptr, M, H, I, stride_xm, k_per_split,
+                    BLOCK_M: tl.constexpr, BN1: tl.constexpr, BK1: tl.constexpr, BN2: tl.constexpr, BK2: tl.constexpr,
+                    SPLIT: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr):
+        """A gated MLP in one launch of at most one program per SM (`fused_mlp`). Phase 1: h = silu(x @ Wg^T) *
+        (x @ Wu^T), [M, I], as the gate/up GEMM and `decode.silu_mul` compute and round it. A grid barrier. Phase 2:
+        h @ Wd^T in SPLIT parts of K, as `_skinny_kernel` sums them. PHASE 0 runs both (compiled), 1 or 2 one of them
+        (the interpreter runs programs one after another, so there a barrier would wait forever)."""
+        pid = tl.program_id(0)
+        nprog = tl.num_programs(0)
+        m_tiles = tl.cdiv(M, BLOCK_M)
+        dt = h_ptr.dtype.element_ty
+        if PDL:  # as in _skinny_kernel: every read of x and every write comes after the wait
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
+        if PHASE != 2:
+            for item in range(pid, m_tiles * tl.cdiv(I, BN1), nprog):
+                rm = (item % m_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
+                rn = (item // m_tiles) * BN1 + tl.arange(0, BN1)
+                m_ok = rm < M
+                n_ok = rn < I
+                acc_g = tl.zeros([BLOCK_M, BN1], tl.float32)
+                acc_u = tl.zeros([BLOCK_M, BN1], tl.float32)
+                for k0 in range(0, H, BK1):  # H % BK1 == 0 (fused_mlp checks)
+                    kk = k0 + tl.arange(0, BK1)
+                    xt = tl.load(x_ptr + rm[:, None].to(tl.int64) * stride_xm + kk[None, :], mask=m_ok[:, None], other=0.0)
+                    wg = tl.load(gu_ptr + rn[:, None].to(tl.int64) * H + kk[None, :], mask=n_ok[:, None], other=0.0)
+                    wu = tl.load(gu_ptr + (rn[:, None] + I).to(tl.int64) * H + kk[None, :], mask=n_ok[:, None], other=0.0)
+                    acc_g += tl.dot(xt, tl.trans(wg))
+                    acc_u += tl.dot(xt, tl.trans(wu))
+                g = acc_g.to(dt).to(tl.float32)  # the gate/up GEMM's output rounding, then silu_mul's
+                s = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
+                h = (s * acc_u.to(dt).to(tl.float32)).to(dt)
+                tl.store(h_ptr + rm[:, None].to(tl.int64) * I + rn[None, :], h, mask=m_ok[:, None] & n_ok[None, :])
+        if PHASE == 0:  # grid barrier (every program is resident: at most one per SM), sense-reversing, so it
+            # leaves the counter at zero for the next launch and needs no reset between graph replays
+            tl.debug_barrier()  # every thread's h is stored before this program arrives
+            gen = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")  # count and generation: own 128 B lines
+            arrived = tl.atomic_add(bar_ptr, 1, sem="acq_rel", scope="gpu")
+            if arrived == nprog - 1:
+                tl.atomic_xchg(bar_ptr, 0, sem="relaxed", scope="gpu")
+                tl.atomic_add(bar_ptr + 32, 1, sem="release", scope="gpu")
+            else:
+                now = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")
+                while now == gen:
+                    now = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")
+            tl.debug_barrier()
+        if PHASE != 1:
+            n_tiles = tl.cdiv(H, BN2)
+            for item in range(pid, m_tiles * n_tiles * SPLIT, nprog):
+                rm = (item % m_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
+                rn = ((item // m_tiles) % n_tiles) * BN2 + tl.arange(0, BN2)
+                pid_s = item // (m_tiles * n_tiles)
+                m_ok = rm < M
+                n_ok = rn < H
+                acc = tl.zeros([BLOCK_M, BN2], tl.float32)
+                k_lo = pid_s * k_per_split
+                for k0 in range(k_lo, k_lo + k_per_split, BK2):  # k_per_split % BK2 == 0 (fused_mlp checks)
+                    kk = k0 + tl.arange(0, BK2)
+                    wt = tl.load(d_ptr + rn[:, None].to(tl.int64) * I + kk[None, :], mask=n_ok[:, None], other=0.0)
+                    # h was written by other programs (other SMs): read past L1
+                    ht = tl.load(h_ptr + rm[:, None].to(tl.int64) * I + kk[None, :], mask=m_ok[:, None], other=0.0,
+                                 cache_modifier=".cg")
+                    acc += tl.dot(ht, tl.trans(wt))
+                if SPLIT > 1:
+                    dst = out_ptr + (pid_s * M + rm[:, None]).to(tl.int64) * H + rn[None, :]
+                    tl.store(dst, acc, mask=m_ok[:, None] & n_ok[None, :])
+                else:
+                    tl.store(out_ptr + rm[:, None].to(tl.int64) * H + rn[None, :], acc.to(dt),
+                             mask=m_ok[:, None] & n_ok[None, :])
+
+
 MAX_M = 16  # skinny_linear's limit; invariant_linear takes any M in tiles of TILE_M
 TILE_M = 16
 # above 64 rows (a batch-64 verify is 128-256), invariant_linear takes 128-row tiles with wide N tiles, tuned apart at
@@ -328,6 +400,128 @@ def invariant_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
         _config(key, probe, w, bias, silu, key[4], height, wide)
     cfg = config or _TUNED[key]
     return _launch(x, w, bias, cfg, key[4], silu, block_m=height)
+
+
+
+FUSED_MLP = True  # `fused_mlp` stands in for the MLP's three launches at up to TILE_M rows (a switch for A/B)
+# (BN1, BK1, BN2, BK2, num_warps, num_stages): phase 1's tiles over I, phase 2's over H; `_tune_mlp` times them
+_MLP_CANDIDATES = [(32, 256, 32, 256, 4, 3), (32, 256, 32, 256, 4, 4), (16, 256, 32, 256, 4, 4),
+                   (32, 256, 16, 256, 4, 4), (16, 256, 16, 256, 4, 4)]
+_MLP_TUNED: dict[tuple, tuple] = {}
+_BARRIERS: dict[torch.device, torch.Tensor] = {}
+
+
+def use_fused_mlp(on: bool) -> None:
+    """engine.fused_mlp: whether the decoder's MLPs from now on run as `fused_mlp` where it applies (same bits)."""
+    global FUSED_MLP
+    FUSED_MLP = bool(on)
+
+
+def fused_mlp(x: torch.Tensor, gu_w: torch.Tensor, down_w: torch.Tensor,
+              config: tuple | None = None) -> torch.Tensor | None:
+    """The decoder's gated MLP, down(silu(gate) * up) of x [M, H] with the fused [gate | up] weight gu_w [2I, H] and
+    down_w [H, I], in one launch of at most one program per SM, with a grid barrier between the gate/up product and
+    the down product. Each output is the same sum, rounded at the same points, as in the three launches it replaces
+    (the gate/up GEMM, `decode.silu_mul`, the down GEMM in `invariant_split`'s parts), whatever the tiles: so it is
+    bit-identical to `invariant_linear`'s MLP at any M and may stand in for it at M <= TILE_M only, where a kernel's
+    fixed cost, not streaming the weights, is what the three launches pay (experiments/gpu/README.md, run 6).
+    Returns what the down GEMM would (fp32 partials [S, M, H] when split), or None where it does not apply: more
+    rows, shapes its tiles do not divide, float32 on CUDA, or inside a graph capture before its barrier exists."""
+    if not (FUSED_MLP and x.dim() == 2 and x.shape[0] <= TILE_M and usable(x, gu_w)):
+        return None
+    m, hdim = x.shape
+    i = gu_w.shape[0] // 2
+    if (gu_w.shape != (2 * i, hdim) or down_w.shape != (hdim, i) or not gu_w.is_contiguous()
+            or not down_w.is_contiguous() or down_w.dtype != x.dtype or hdim % 16 or i % 16):
+        return None
+    split = invariant_split(hdim, i, _sms(x.device), True)
+    bar = _barrier(x.device)
+    if bar is None:
+        return None
+    key = (_m_bucket(m), hdim, i)
+    if config is None and key not in _MLP_TUNED:
+        cfg = None
+        if x.device.type == "cuda" and not _INTERPRETED:  # not capturing: _barrier said so
+            gen = torch.Generator(device=x.device).manual_seed(0)
+            probe = torch.randn((m, hdim), device=x.device, dtype=x.dtype, generator=gen)
+            cfg = _agree(_tune_mlp(probe, gu_w, down_w, split, bar), x.device)
+        _MLP_TUNED[key] = cfg or _MLP_CANDIDATES[0]
+    bn1, bk1, bn2, bk2, warps, stages = config or _MLP_TUNED[key]
+    bk1, bk2 = _dividing(bk1, hdim), _dividing(bk2, i // split)  # (a model's sizes are multiples of 256: unchanged)
+    if bk1 is None or bk2 is None:
+        return None
+    return _launch_mlp(x, gu_w, down_w, (bn1, bk1, bn2, bk2, warps, stages), split, bar)
+
+
+def _dividing(block_k: int, k: int) -> int | None:
+    """block_k, halved until it divides k (not below 16, a tl.dot's depth); None if none does. The sums do not
+    depend on it (the K loop is one chain of 16-deep steps whatever BLOCK_K is; module docstring)."""
+    while block_k > 16 and k % block_k:
+        block_k //= 2
+    return None if k % block_k else block_k
+
+
+def _barrier(device: torch.device) -> torch.Tensor | None:
+    """The grid barrier's counter and generation on `device` (int32, 128 bytes apart), made once outside a capture;
+    launches on one device run one after another, so they share it (the barrier leaves it ready for the next)."""
+    if _INTERPRETED:
+        return torch.zeros(64, dtype=torch.int32)  # unused: the interpreter runs the phases as two launches
+    bar = _BARRIERS.get(device)
+    if bar is None and not torch.cuda.is_current_stream_capturing():
+        bar = _BARRIERS[device] = torch.zeros(64, dtype=torch.int32, device=device)
+    return bar
+
+
+def _launch_mlp(x, gu_w, down_w, cfg, split, bar):
+    bn1, bk1, bn2, bk2, warps, stages = cfg
+    m, hdim = x.shape
+    i = down_w.shape[1]
+    h = torch.empty((m, i), device=x.device, dtype=x.dtype)
+    out = (torch.empty((split, m, hdim), device=x.device, dtype=torch.float32) if split > 1
+           else torch.empty((m, hdim), device=x.device, dtype=x.dtype))
+    m_tiles = -(-m // TILE_M)
+    items = max(m_tiles * -(-i // bn1), m_tiles * -(-hdim // bn2) * split)
+    args = (x, gu_w, down_w, h, out, bar, m, hdim, i, x.stride(0), i // split)
+    dependent = pdl(x.device)
+    meta = dict(BLOCK_M=TILE_M, BN1=bn1, BK1=bk1, BN2=bn2, BK2=bk2, SPLIT=split, PDL=dependent, num_warps=warps,
+                num_stages=stages)
+    if _INTERPRETED:
+        for phase in (1, 2):
+            _mlp_kernel[(items,)](*args, PHASE=phase, **meta)
+    else:  # every program resident at once (the barrier waits for all of them): at most one per SM
+        _mlp_kernel[(min(items, _sms(x.device)),)](*args, PHASE=0, **meta, **({"launch_pdl": True} if dependent else {}))
+    return out
+
+
+def _tune_mlp(x, gu_w, down_w, split, bar) -> tuple | None:
+    """The fastest of `_MLP_CANDIDATES` on x's rows, timed like `_tune` (launches in a graph, on weight copies that
+    stream from HBM); None when none launched. Only speed depends on it."""
+    best, best_ms = None, float("inf")
+    torch.cuda.synchronize(x.device)
+    gus, downs = _weight_copies(gu_w), _weight_copies(down_w)
+    launches = max(10, len(gus), len(downs))
+    for cfg in _MLP_CANDIDATES:
+        try:
+            for _ in range(3):
+                _launch_mlp(x, gu_w, down_w, cfg, split, bar)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for j in range(launches):
+                    _launch_mlp(x, gus[j % len(gus)], downs[j % len(downs)], cfg, split, bar)
+            graph.replay()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(5):
+                graph.replay()
+            end.record()
+            end.synchronize()
+            ms = start.elapsed_time(end) / (5 * launches)
+            del graph
+        except Exception:  # noqa: BLE001 - a config that does not compile (shared memory) is skipped
+            continue
+        if ms < best_ms:
+            best, best_ms = cfg, ms
+    return best
 
 
 def tune_bucket(m: int) -> int:

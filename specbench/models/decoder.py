@@ -901,10 +901,15 @@ class DecoderRunner(nn.Module):
             rows.append(torch.cat(outs, 2))
         return torch.cat(rows)
 
+    def _fusable_mlp(self, w: dict) -> bool:
+        """Whether a layer's MLP may run as `fused_mlp`: no biases, and not under tensor parallelism (its grid
+        barrier waits for every program, which a collective on another stream could hold off)."""
+        return self.tp is None and w["gu_b"] is None and w["down_b"] is None
+
     def _forward_kernels(self, tokens, positions, attn_len, logits_at, want_hidden, hidden_layers,
                          slots=None, tree_path=None) -> ForwardOutput:
         from specbench.kernels import decode as K
-        from specbench.kernels.skinny_gemm import invariant_linear, skinny_linear, sum_partials
+        from specbench.kernels.skinny_gemm import fused_mlp, invariant_linear, skinny_linear, sum_partials
 
         bsz, t = tokens.shape
         n = bsz * t
@@ -942,9 +947,12 @@ class DecoderRunner(nn.Module):
             if self.tp is not None:  # the ranks' partial sums: this rank's split-K partials first, then all ranks
                 a = self._reduce(sum_partials(a, x.dtype))
             x, h = K.add_rmsnorm(x, a, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
-            gu = lin(h, w["gu_w"], w["gu_b"])
-            # silu(gate) * up: its own kernel (skinny_gemm.FUSE_SILU would fold it into the GEMM; measured slower)
-            pending = lin(gu, w["down_w"], w["down_b"], may_split=True, silu=True)
+            # up to 16 rows, one launch with the same bits as the three below (skinny_gemm.fused_mlp)
+            pending = fused_mlp(h, w["gu_w"], w["down_w"]) if small and self._fusable_mlp(w) else None
+            if pending is None:
+                gu = lin(h, w["gu_w"], w["gu_b"])
+                # silu(gate) * up: its own kernel (skinny_gemm.FUSE_SILU would fold it into the GEMM; measured slower)
+                pending = lin(gu, w["down_w"], w["down_b"], may_split=True, silu=True)
             if self.tp is not None:
                 pending = self._reduce(sum_partials(pending, x.dtype))
             if i in hidden_layers:

@@ -129,6 +129,41 @@ def test_dependent_launch_keeps_every_bit_06b():
         decode.use_pdl(True)
 
 
+def test_fused_mlp_keeps_every_bit_06b():
+    """engine.fused_mlp: the MLP in one launch (a grid barrier between gate/up and down) gives the same logits, bit
+    for bit, as its three launches: 1-token and 5-token forwards at batch 3, eager and replayed from graphs, the
+    graphs replayed several times (the barrier leaves its counter ready for the next launch)."""
+    from specbench.kernels import skinny_gemm
+    from specbench.models.cuda_graphs import GraphedRunner
+    from specbench.models.decoder import DecoderRunner
+    from specbench.models.loading import load_model, resolve_spec
+
+    model = load_model(resolve_spec({"name": "qwen3-0.6b-random"}, "draft"), "cuda", torch.bfloat16).model
+    seqs = torch.randint(0, 50_000, (3, 40), generator=torch.Generator().manual_seed(2)).cuda()
+
+    def logits(graphs: bool) -> list[torch.Tensor]:
+        runner = DecoderRunner(model, batch_invariant=True)
+        runner = GraphedRunner(runner) if graphs else runner
+        runner.allocate(3, 64)
+        pos = torch.arange(40, device="cuda").expand(3, 40)
+        outs = [runner(seqs[:, :30], pos[:, :30].contiguous(), attn_len=30).logits.clone()]
+        for _ in range(3):
+            for t in range(30, 35):
+                outs.append(runner(seqs[:, t:t + 1], pos[:, t:t + 1].contiguous(), attn_len=t + 1).logits.clone())
+        outs.append(runner(seqs[:, 35:40], pos[:, 35:40].contiguous(), attn_len=40).logits.clone())
+        return outs
+
+    try:
+        for graphs in (False, True):
+            skinny_gemm.use_fused_mlp(True)
+            on = logits(graphs)
+            skinny_gemm.use_fused_mlp(False)
+            off = logits(graphs)
+            assert all(torch.equal(a, b) for a, b in zip(on, off, strict=True)), f"graphs={graphs}"
+    finally:
+        skinny_gemm.use_fused_mlp(True)
+
+
 def test_self_draft_is_exact_for_k_1_to_5_in_one_sweep_8b(tmp_path: Path):
     results = _sweep(tmp_path, *COMMON, "target=qwen3-8b-random", "strategy=draft_model", "draft=self",
                      "strategy.k=1,2,3,4,5", "sampling.temperature=0,1", "dataset.num_prompts=6")
@@ -138,6 +173,7 @@ def test_self_draft_is_exact_for_k_1_to_5_in_one_sweep_8b(tmp_path: Path):
         assert r["strategy"]["acceptance_length"] == r["run"]["k"] + 1, (r["run"], r["strategy"]["acceptance_length"])
         assert r["strategy"]["draft_forwards_per_step"] == r["run"]["k"]
         assert r["run"]["pdl"] is True  # engine.pdl's default, on the H200
+        assert r["run"]["fused_mlp"] is True  # engine.fused_mlp's
 
 
 def test_seed_pr_scheme_is_exact_with_one_more_draft_forward_8b(tmp_path: Path):

@@ -98,6 +98,48 @@ def test_decoder_kernel_path_equals_torch_path(arch):
         lengths = [n + t for n in lengths]
 
 
+def test_decoder_mlp_in_one_launch_equals_three(monkeypatch):
+    """engine.fused_mlp: the decoder's kernel path takes skinny_gemm.fused_mlp for forwards of up to 16 rows (and
+    not above), and its logits equal the three-launch MLP's: bit for bit compiled (bf16), to rounding interpreted."""
+    from specbench.kernels import skinny_gemm
+    from specbench.models.decoder import DecoderRunner
+    from specbench.models.loading import load_model, resolve_spec
+
+    dtype = torch.bfloat16 if _COMPILED else torch.float32
+    model = load_model(resolve_spec({"name": "tiny-qwen3"}, "target"), "cpu", torch.float32).model.to(DEVICE, dtype)
+    real, fused = skinny_gemm.fused_mlp, []
+
+    def counted(*args, **kwargs):
+        y = real(*args, **kwargs)
+        fused.append(y is not None)
+        return y
+
+    monkeypatch.setattr(skinny_gemm, "fused_mlp", counted)
+    seq = torch.randint(0, 101, (3, 20), generator=_g(9)).to(DEVICE)
+
+    def logits(on: bool) -> list[torch.Tensor]:
+        skinny_gemm.use_fused_mlp(on)
+        runner = DecoderRunner(model, use_kernels=True, batch_invariant=True)
+        runner.allocate(3, 32)
+        pos = torch.arange(20, device=DEVICE).expand(3, 20)
+        outs = [runner(seq[:, :5], pos[:, :5].contiguous(), attn_len=5).logits]  # 15 rows: fused
+        outs.append(runner(seq[:, 5:11], pos[:, 5:11].contiguous(), attn_len=11).logits)  # 18 rows: three launches
+        outs += [runner(seq[:, t:t + 1], pos[:, t:t + 1].contiguous(), attn_len=t + 1).logits for t in (11, 12)]
+        return outs
+
+    try:
+        on, off = logits(True), logits(False)
+    finally:
+        skinny_gemm.use_fused_mlp(True)
+    layers = model.config.num_hidden_layers
+    assert fused[: 4 * layers] == [True] * layers + [False] * layers + [True] * 2 * layers, fused
+    for a, b in zip(on, off, strict=True):
+        if _COMPILED:
+            assert torch.equal(a, b)
+        else:
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
 def test_qkv_rope_cache_writes_tree_nodes_at_their_slots():
     """A tree's nodes share rotary positions (siblings) but not cache slots: rope by position, write by slot."""
     g = _g(3)

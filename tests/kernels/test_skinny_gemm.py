@@ -66,3 +66,61 @@ def test_silu_prologue(cfg):
     torch.testing.assert_close(skinny_gemm.sum_partials(y, DTYPE), ref, atol=1e-4, rtol=1e-4)
     y2 = skinny_gemm.skinny_linear(gu, w, silu=True)  # the unfused route (the default) gives the same
     torch.testing.assert_close(y2, ref, atol=1e-4, rtol=1e-4)
+
+
+def _mlp_three_launches(x, gu_w, down_w):
+    """The MLP as the decoder runs it above TILE_M rows: the gate/up GEMM, silu_mul, the down GEMM (split)."""
+    gu = skinny_gemm.invariant_linear(x, gu_w)
+    return skinny_gemm.invariant_linear(gu, down_w, may_split=True, silu=True)
+
+
+@pytest.mark.parametrize("m", [1, 3, 16])
+@pytest.mark.parametrize("i", [768, 1024])  # down's K in 1 part (768) or 4 (1024) at 132 SMs
+def test_fused_mlp_equals_the_three_launches(m, i):
+    g = torch.Generator().manual_seed(20 + m)
+    h = 256
+    x = torch.randn(m, h, generator=g).to(DEVICE, DTYPE)
+    gu_w = (torch.randn(2 * i, h, generator=g) / 16).to(DEVICE, DTYPE)
+    down_w = (torch.randn(h, i, generator=g) / 32).to(DEVICE, DTYPE)
+    y = skinny_gemm.fused_mlp(x, gu_w, down_w)
+    ref = _mlp_three_launches(x, gu_w, down_w)
+    assert y is not None and y.shape == ref.shape and y.dtype == ref.dtype
+    if DEVICE.type == "cuda":  # compiled: the same sums, rounded at the same points
+        assert torch.equal(y, ref)
+    else:  # the interpreter's dot is numpy's: the same to rounding
+        torch.testing.assert_close(y, ref, atol=1e-5, rtol=1e-5)
+    gate, up = F.linear(x, gu_w).chunk(2, dim=-1)
+    torch.testing.assert_close(skinny_gemm.sum_partials(y, DTYPE), F.linear(F.silu(gate) * up, down_w),
+                               atol=2e-2 if DEVICE.type == "cuda" else 1e-4, rtol=2e-2 if DEVICE.type == "cuda" else 1e-4)
+
+
+@pytest.mark.parametrize("cfg", skinny_gemm._MLP_CANDIDATES)
+def test_fused_mlp_tiles_do_not_change_a_bit(cfg):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(5, 512, generator=g).to(DEVICE, DTYPE)
+    gu_w = (torch.randn(2 * 1024, 512, generator=g) / 16).to(DEVICE, DTYPE)
+    down_w = (torch.randn(512, 1024, generator=g) / 32).to(DEVICE, DTYPE)
+    y = skinny_gemm.fused_mlp(x, gu_w, down_w, config=cfg)
+    first = skinny_gemm.fused_mlp(x, gu_w, down_w, config=skinny_gemm._MLP_CANDIDATES[0])
+    if DEVICE.type == "cuda":
+        assert torch.equal(y, first)
+        for _ in range(20):  # the barrier leaves its counter ready for the next launch
+            assert torch.equal(skinny_gemm.fused_mlp(x, gu_w, down_w, config=cfg), first)
+    else:
+        torch.testing.assert_close(y, first, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_mlp_declines_what_it_does_not_tile():
+    g = torch.Generator().manual_seed(6)
+    gu_w = torch.randn(2 * 768, 256, generator=g).to(DEVICE, DTYPE)
+    down_w = torch.randn(256, 768, generator=g).to(DEVICE, DTYPE)
+    assert skinny_gemm.fused_mlp(torch.randn(17, 256, generator=g).to(DEVICE, DTYPE), gu_w, down_w) is None  # rows
+    odd = torch.randn(2 * 768, 40, generator=g).to(DEVICE, DTYPE)  # H not a multiple of 16
+    assert skinny_gemm.fused_mlp(torch.randn(2, 40, generator=g).to(DEVICE, DTYPE), odd, down_w[:40]) is None
+    x = torch.randn(2, 256, generator=g).to(DEVICE, DTYPE)
+    assert skinny_gemm.fused_mlp(x, gu_w, down_w[:, :512].contiguous()) is None  # down's K is not gate/up's I
+    skinny_gemm.FUSED_MLP = False
+    try:
+        assert skinny_gemm.fused_mlp(torch.randn(2, 256, generator=g).to(DEVICE, DTYPE), gu_w, down_w) is None
+    finally:
+        skinny_gemm.FUSED_MLP = True

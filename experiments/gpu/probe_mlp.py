@@ -1,0 +1,68 @@
+"""Probe (H100/H200), measurement only: `engine.fused_mlp`, a layer's MLP (gate/up GEMM, silu_mul, down GEMM) as one
+launch with a grid barrier (`skinny_gemm.fused_mlp`), against the three launches. For each preset (random weights,
+bf16, our decoder, batch-invariant kernels):
+- each layer's MLP alone at M = 1 and 4, one launch per layer on that layer's weights inside one graph (so each
+  streams from HBM), microseconds per layer, and whether the outputs are bit-identical;
+- the whole forward, batch 1 x 1 token and 1 x 4 tokens at a 256-token prefix (a draft pass, a k=3 verify), captured
+  once per setting over the same buffers, replays timed alternately (median of 5 rounds), logits compared bit for bit.
+
+    PROBE_MODELS=qwen3-0.6b-random,qwen3-1.7b-random,qwen3-8b-random python3 experiments/gpu/probe_mlp.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from probe_common import PREFIX, alternate, capture, graph_us, run  # noqa: E402
+
+from specbench.kernels import skinny_gemm  # noqa: E402
+from specbench.models.decoder import DecoderRunner  # noqa: E402
+from specbench.models.loading import load_model, resolve_spec  # noqa: E402
+
+
+def three_launches(x, gu_w, down_w):
+    gu = skinny_gemm.invariant_linear(x, gu_w)
+    return skinny_gemm.invariant_linear(gu, down_w, may_split=True, silu=True)
+
+
+def probe(name: str, dev: torch.device) -> None:
+    runner = DecoderRunner(load_model(resolve_spec({"name": name}, "target"), dev, torch.bfloat16).model)
+    layers = [(w["gu_w"], w["down_w"]) for w in runner._w]
+    for m in (1, 4):
+        x = torch.randn(m, layers[0][0].shape[1], device=dev, dtype=torch.bfloat16)
+        same = all(torch.equal(skinny_gemm.fused_mlp(x, g, d), three_launches(x, g, d)) for g, d in layers[:4])
+        pairs = list(range(len(layers)))
+        us_three = graph_us(lambda j: three_launches(x, *layers[j]), pairs)
+        us_fused = graph_us(lambda j: skinny_gemm.fused_mlp(x, *layers[j]), pairs)
+        cfg = skinny_gemm._MLP_TUNED.get((skinny_gemm._m_bucket(m), x.shape[1], layers[0][1].shape[1]))
+        print(f"{name} MLP alone, M={m}: three launches {us_three:.2f} us/layer, one launch {us_fused:.2f} "
+              f"({us_fused / us_three:.3f}); config {cfg}; bit-identical: {same}", flush=True)
+    runner.allocate(1, 1024)
+    runner(torch.randint(0, 1000, (1, PREFIX), device=dev), torch.arange(PREFIX, device=dev)[None], attn_len=PREFIX)
+    for t in (1, 4):
+        tokens = torch.randint(0, 1000, (1, t), device=dev)
+        positions = (PREFIX + torch.arange(t, device=dev))[None]
+
+        def fwd():
+            return runner(tokens, positions, attn_len=PREFIX + t)
+
+        graphs, logits = {}, {}
+        for on in (False, True):
+            skinny_gemm.use_fused_mlp(on)
+            for _ in range(3):  # tuning and compiles outside the capture
+                fwd()
+            graphs[on], logits[on] = capture(fwd)
+        skinny_gemm.use_fused_mlp(True)
+        times = alternate({"three": graphs[False], "one": graphs[True]})
+        same = torch.equal(logits[False], logits[True])
+        print(f"{name} forward 1 x {t}: graph replay three launches {times['three']:.3f} ms, one launch "
+              f"{times['one']:.3f} ms ({times['one'] / times['three']:.3f}); logits bit-identical: {same}", flush=True)
+        del graphs
+
+
+if __name__ == "__main__":
+    run(probe)
