@@ -439,13 +439,15 @@ def fused_mlp(x: torch.Tensor, gu_w: torch.Tensor, down_w: torch.Tensor,
     if bar is None:
         return None
     key = (_m_bucket(m), hdim, i)
-    if config is None and key not in _MLP_TUNED:
-        cfg = None
+    if config is None and key not in _MLP_TUNED:  # None when no candidate launched: three launches for this key
         if x.device.type == "cuda" and not _INTERPRETED:  # not capturing: _barrier said so
             gen = torch.Generator(device=x.device).manual_seed(0)
             probe = torch.randn((m, hdim), device=x.device, dtype=x.dtype, generator=gen)
-            cfg = _agree(_tune_mlp(probe, gu_w, down_w, split, bar), x.device)
-        _MLP_TUNED[key] = cfg or _MLP_CANDIDATES[0]
+            _MLP_TUNED[key] = _tune_mlp(probe, gu_w, down_w, split, bar)
+        else:
+            _MLP_TUNED[key] = _MLP_CANDIDATES[0]
+    if (config or _MLP_TUNED[key]) is None:
+        return None
     bn1, bk1, bn2, bk2, warps, stages = config or _MLP_TUNED[key]
     bk1, bk2 = _dividing(bk1, hdim), _dividing(bk2, i // split)  # (a model's sizes are multiples of 256: unchanged)
     if bk1 is None or bk2 is None:
