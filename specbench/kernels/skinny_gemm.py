@@ -91,11 +91,12 @@ if triton is not None:
     @triton.jit
     def _mlp_kernel(x_ptr, gu_ptr, d_ptr, h_ptr, out_ptr, bar_ptr, M, H, I, stride_xm, k_per_split,
                     BLOCK_M: tl.constexpr, BN1: tl.constexpr, BK1: tl.constexpr, BN2: tl.constexpr, BK2: tl.constexpr,
-                    SPLIT: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr):
+                    SPLIT: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr):
         """A gated MLP in one launch of at most one program per SM (`fused_mlp`). Phase 1: h = silu(x @ Wg^T) *
         (x @ Wu^T), [M, I], as the gate/up GEMM and `decode.silu_mul` compute and round it. A grid barrier. Phase 2:
         h @ Wd^T in SPLIT parts of K, as `_skinny_kernel` sums them. PHASE 0 runs both (compiled), 1 or 2 one of them
-        (the interpreter runs programs one after another, so there a barrier would wait forever)."""
+        (the interpreter runs programs one after another, so there a barrier would wait forever). PREFETCH: a
+        program that waits at the barrier pulls its first phase-2 share of Wd into L2 meanwhile (Wd is never written)."""
         pid = tl.program_id(0)
         nprog = tl.num_programs(0)
         m_tiles = tl.cdiv(M, BLOCK_M)
@@ -127,6 +128,16 @@ if triton is not None:
             tl.debug_barrier()  # every thread's h is stored before this program arrives
             gen = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")  # count and generation: own 128 B lines
             arrived = tl.atomic_add(bar_ptr, 1, sem="acq_rel", scope="gpu")
+            n_tiles2 = tl.cdiv(H, BN2)
+            if PREFETCH and arrived < nprog - 1 and pid < m_tiles * n_tiles2 * SPLIT:
+                # 32-byte sectors (16 elements) of the Wd tile of its first phase-2 item
+                rn_pf = tl.minimum(((pid // m_tiles) % n_tiles2) * BN2 + tl.arange(0, BN2), H - 1).to(tl.int64) * I
+                k_pf = (pid // (m_tiles * n_tiles2)) * k_per_split
+                for k0 in range(k_pf, k_pf + k_per_split, BK2):
+                    kk_pf = k0 + tl.arange(0, BK2 // 16) * 16
+                    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l",
+                                              [d_ptr + rn_pf[:, None] + kk_pf[None, :]], dtype=tl.int32,
+                                              is_pure=False, pack=1)
             if arrived == nprog - 1:
                 tl.atomic_xchg(bar_ptr, 0, sem="relaxed", scope="gpu")
                 tl.atomic_add(bar_ptr + 32, 1, sem="release", scope="gpu")
@@ -404,9 +415,11 @@ def invariant_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
 
 
 FUSED_MLP = True  # `fused_mlp` stands in for the MLP's three launches at up to TILE_M rows (a switch for A/B)
-# (BN1, BK1, BN2, BK2, num_warps, num_stages): phase 1's tiles over I, phase 2's over H; `_tune_mlp` times them
-_MLP_CANDIDATES = [(32, 256, 32, 256, 4, 3), (32, 256, 32, 256, 4, 4), (16, 256, 32, 256, 4, 4),
-                   (32, 256, 16, 256, 4, 4), (16, 256, 16, 256, 4, 4)]
+# (BN1, BK1, BN2, BK2, num_warps, num_stages, prefetch): phase 1's tiles over I, phase 2's over H, and whether a
+# program pulls its phase-2 weights into L2 while it waits at the barrier; `_tune_mlp` times them
+_MLP_CANDIDATES = [(32, 256, 32, 256, 4, 3, False), (32, 256, 32, 256, 4, 4, False), (16, 256, 32, 256, 4, 4, False),
+                   (32, 256, 16, 256, 4, 4, False), (16, 256, 16, 256, 4, 4, False), (32, 256, 32, 256, 4, 4, True),
+                   (16, 256, 32, 256, 4, 4, True)]
 _MLP_TUNED: dict[tuple, tuple] = {}
 _BARRIERS: dict[torch.device, torch.Tensor] = {}
 
@@ -448,11 +461,11 @@ def fused_mlp(x: torch.Tensor, gu_w: torch.Tensor, down_w: torch.Tensor,
             _MLP_TUNED[key] = _MLP_CANDIDATES[0]
     if (config or _MLP_TUNED[key]) is None:
         return None
-    bn1, bk1, bn2, bk2, warps, stages = config or _MLP_TUNED[key]
+    bn1, bk1, bn2, bk2, warps, stages, prefetch = config or _MLP_TUNED[key]
     bk1, bk2 = _dividing(bk1, hdim), _dividing(bk2, i // split)  # (a model's sizes are multiples of 256: unchanged)
     if bk1 is None or bk2 is None:
         return None
-    return _launch_mlp(x, gu_w, down_w, (bn1, bk1, bn2, bk2, warps, stages), split, bar)
+    return _launch_mlp(x, gu_w, down_w, (bn1, bk1, bn2, bk2, warps, stages, prefetch), split, bar)
 
 
 def _dividing(block_k: int, k: int) -> int | None:
@@ -475,7 +488,7 @@ def _barrier(device: torch.device) -> torch.Tensor | None:
 
 
 def _launch_mlp(x, gu_w, down_w, cfg, split, bar):
-    bn1, bk1, bn2, bk2, warps, stages = cfg
+    bn1, bk1, bn2, bk2, warps, stages, prefetch = cfg
     m, hdim = x.shape
     i = down_w.shape[1]
     h = torch.empty((m, i), device=x.device, dtype=x.dtype)
@@ -486,7 +499,7 @@ def _launch_mlp(x, gu_w, down_w, cfg, split, bar):
     args = (x, gu_w, down_w, h, out, bar, m, hdim, i, x.stride(0), i // split)
     dependent = pdl(x.device)
     meta = dict(BLOCK_M=TILE_M, BN1=bn1, BK1=bk1, BN2=bn2, BK2=bk2, SPLIT=split, PDL=dependent, num_warps=warps,
-                num_stages=stages)
+                num_stages=stages, PREFETCH=prefetch and not _INTERPRETED)
     if _INTERPRETED:
         for phase in (1, 2):
             _mlp_kernel[(items,)](*args, PHASE=phase, **meta)
