@@ -159,12 +159,14 @@ class EagleHead(nn.Module):
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """[..., H] output features (forward's) -> [..., V] logits over the target's vocabulary; a reduced draft
         vocabulary's logits land at their target ids (i + d2t[i]), every other token at -inf (q = 0 there)."""
-        small = self.draft_logits(out)
-        if self.d2t is None:
-            return small
-        full = small.new_full((*small.shape[:-1], self.cfg.vocab_size), float("-inf"))
-        ids = self.vocab_ids if self.vocab_ids is not None else self._vocab_ids()  # [Vd]
-        return full.index_copy_(-1, ids, small)
+        small = DraftOutput(self.draft_logits(out), vocab_ids=self.target_ids(), vocab_size=self.cfg.vocab_size)
+        return small.full().logits
+
+    def draft_output(self, out: torch.Tensor) -> DraftOutput:
+        """[B, N, H] output features -> what a draft forward gives the base: fp32 logits over the draft vocabulary,
+        each column's target id, and the features (fed back while drafting)."""
+        return DraftOutput(logits=self.draft_logits(out).float(), hidden=out, vocab_ids=self.target_ids(),
+                           vocab_size=self.cfg.vocab_size)
 
     def draft_logits(self, out: torch.Tensor) -> torch.Tensor:
         """[..., H] output features -> [..., V_draft] logits over the draft vocabulary (draft id i is target id
@@ -174,7 +176,11 @@ class EagleHead(nn.Module):
         head = self.lm_head  # the target's own (held by reference) takes the target's CPU products
         return head(out) if head is self.draft_lm_head else linear(out, head.weight, head.bias)
 
-    def _vocab_ids(self) -> torch.Tensor:
+    def target_ids(self) -> torch.Tensor | None:
+        """[V_draft] the target id of each draft column (i + d2t[i]); None without a reduced vocabulary. Computed
+        once by prepare_inference, on each call before it (training, conversions)."""
+        if self.d2t is None or self.vocab_ids is not None:
+            return self.vocab_ids
         return torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t
 
     def prepare_inference(self) -> nn.ModuleDict:
@@ -192,7 +198,7 @@ class EagleHead(nn.Module):
         modules = nn.ModuleDict(dict(qkv=fused(self.q_proj, self.k_proj, self.v_proj),
                                      gate_up=fused(self.gate_proj, self.up_proj)))
         self.fused = (modules,)
-        self.vocab_ids = None if self.d2t is None else self._vocab_ids()
+        self.vocab_ids = self.target_ids()
         return modules
 
     def unfused_linears(self) -> tuple[nn.Linear, ...]:
@@ -423,8 +429,4 @@ class EagleProposer(HeadCheckpoint, Proposer):
         out = self.head(hidden, tokens, positions - 1, use_cache=True, attn_len=attn_len,
                         slots=None if slots is None else slots - 1, tree_path=None if tree_path is None else tree_path - 1)
         out = out if tree_path is not None else out[:, -1:]  # [B, T or 1, H]
-        head = self.head
-        if head.d2t is None:
-            return DraftOutput(logits=head.draft_logits(out).float(), hidden=out)
-        ids = head.vocab_ids if head.vocab_ids is not None else head._vocab_ids()  # [V_draft]
-        return DraftOutput(logits=head.draft_logits(out).float(), hidden=out, vocab_ids=ids, vocab_size=head.cfg.vocab_size)
+        return self.head.draft_output(out)
