@@ -34,13 +34,17 @@ def probe(name: str, dev: torch.device) -> None:
     layers = [(w["gu_w"], w["down_w"]) for w in runner._w]
     for m in (1, 4):
         x = torch.randn(m, layers[0][0].shape[1], device=dev, dtype=torch.bfloat16)
-        same = all(torch.equal(skinny_gemm.fused_mlp(x, g, d), three_launches(x, g, d)) for g, d in layers[:4])
+        skinny_gemm.fused_mlp(x, *layers[0])  # the tuner: a candidate, or None where three launches were faster
+        cfg = skinny_gemm._MLP_TUNED.get((skinny_gemm._m_bucket(m), x.shape[1], layers[0][1].shape[1]))
+        forced = cfg or skinny_gemm._MLP_CANDIDATES[1]  # declined: timed anyway, on this candidate
+        same = all(torch.equal(skinny_gemm.fused_mlp(x, g, d, config=forced), three_launches(x, g, d))
+                   for g, d in layers[:4])
         pairs = list(range(len(layers)))
         us_three = graph_us(lambda j: three_launches(x, *layers[j]), pairs)
-        us_fused = graph_us(lambda j: skinny_gemm.fused_mlp(x, *layers[j]), pairs)
-        cfg = skinny_gemm._MLP_TUNED.get((skinny_gemm._m_bucket(m), x.shape[1], layers[0][1].shape[1]))
+        us_fused = graph_us(lambda j: skinny_gemm.fused_mlp(x, *layers[j], config=forced), pairs)
         print(f"{name} MLP alone, M={m}: three launches {us_three:.2f} us/layer, one launch {us_fused:.2f} "
-              f"({us_fused / us_three:.3f}); config {cfg}; bit-identical: {same}", flush=True)
+              f"({us_fused / us_three:.3f}) with {forced}; the tuner chose {cfg or 'three launches'}; "
+              f"bit-identical: {same}", flush=True)
     runner.allocate(1, 1024)
     runner(torch.randint(0, 1000, (1, PREFIX), device=dev), torch.arange(PREFIX, device=dev)[None], attn_len=PREFIX)
     for t in (1, 4):
