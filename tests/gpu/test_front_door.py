@@ -129,7 +129,7 @@ def test_dependent_launch_keeps_every_bit_06b():
         decode.use_pdl(True)
 
 
-def test_fused_mlp_keeps_every_bit_06b():
+def test_fused_mlp_keeps_every_bit_06b(monkeypatch):
     """engine.fused_mlp: the MLP in one launch (a grid barrier between gate/up and down) gives the same logits, bit
     for bit, as its three launches: 1-token and 5-token forwards at batch 3, eager and replayed from graphs, the
     graphs replayed several times (the barrier leaves its counter ready for the next launch)."""
@@ -140,6 +140,12 @@ def test_fused_mlp_keeps_every_bit_06b():
 
     model = load_model(resolve_spec({"name": "qwen3-0.6b-random"}, "draft"), "cuda", torch.bfloat16).model
     seqs = torch.randint(0, 50_000, (3, 40), generator=torch.Generator().manual_seed(2)).cuda()
+    # one launch at every row count, whatever the tuner would keep (a stand-in for it; candidate 5 prefetches)
+    monkeypatch.setattr(skinny_gemm, "_MLP_TUNED", {})
+    monkeypatch.setattr(skinny_gemm, "_tune_mlp", lambda *args: skinny_gemm._MLP_CANDIDATES[5])
+    taken = []
+    real = skinny_gemm.fused_mlp
+    monkeypatch.setattr(skinny_gemm, "fused_mlp", lambda *a, **k: taken.append(1) or real(*a, **k))
 
     def logits(graphs: bool) -> list[torch.Tensor]:
         runner = DecoderRunner(model, batch_invariant=True)
@@ -162,6 +168,7 @@ def test_fused_mlp_keeps_every_bit_06b():
             assert all(torch.equal(a, b) for a, b in zip(on, off, strict=True)), f"graphs={graphs}"
     finally:
         skinny_gemm.use_fused_mlp(True)
+    assert set(skinny_gemm._MLP_TUNED.values()) == {skinny_gemm._MLP_CANDIDATES[5]} and taken
 
 
 def test_self_draft_is_exact_for_k_1_to_5_in_one_sweep_8b(tmp_path: Path):
