@@ -11,6 +11,7 @@ layer), each on its own buffer, median of 5 alternating rounds.
 from __future__ import annotations
 
 import statistics
+from typing import NamedTuple
 
 import torch
 import triton
@@ -58,41 +59,71 @@ def graph_of(launch) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def main() -> None:
+class Streams(NamedTuple):
+    """The probe's buffers: LAYERS weight slabs of about MB megabytes each, and where the programs write."""
+    sms: int
+    pdl: bool
+    block: int
+    elems: int
+    ws: list[torch.Tensor]
+    out: torch.Tensor
+    bar: torch.Tensor
+    launch: dict  # {"launch_pdl": True} on Hopper
+
+    def per_phase(self, phases: int) -> int:
+        per = self.elems // phases
+        return per - per % (self.sms * self.block)
+
+
+def streams() -> Streams:
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     pdl = torch.cuda.get_device_capability(dev)[0] >= 9
     block = 1024
     elems = MB * (1 << 20) // 2  # bf16
     elems -= elems % (sms * block * 8)
-    ws = [torch.randn(elems, device=dev, dtype=torch.bfloat16) for _ in range(LAYERS)]
-    out = torch.empty(sms * block, device=dev, dtype=torch.float32)
-    bar = torch.zeros(64, dtype=torch.int32, device=dev)
-    extra = {"launch_pdl": True} if pdl else {}
-    print(torch.cuda.get_device_name(dev), torch.__version__, f"{sms} SMs, {elems * 2 / 1e6:.1f} MB a layer", flush=True)
+    s = Streams(sms, pdl, block, elems, [torch.randn(elems, device=dev, dtype=torch.bfloat16) for _ in range(LAYERS)],
+                torch.empty(sms * block, device=dev, dtype=torch.float32), torch.zeros(64, dtype=torch.int32, device=dev),
+                {"launch_pdl": True} if pdl else {})
+    print(torch.cuda.get_device_name(dev), torch.__version__, triton.__version__,
+          f"{sms} SMs, {elems * 2 / 1e6:.1f} MB a layer", flush=True)
+    return s
+
+
+def barrier_and_launch_graphs(s: Streams) -> dict[str, torch.cuda.CUDAGraph]:
+    """For 1, 2, 3 and 5 phases: the phases in one launch with the kernel's barriers, and as separate launches."""
     graphs = {}
     for phases in (1, 2, 3, 5):
-        per = elems // phases
-        per -= per % (sms * block)
+        per = s.per_phase(phases)
 
         def fused(phases=phases, per=per):
-            for w in ws:
-                _phases[(sms,)](w, out, bar, per, PHASES=phases, BLOCK=block, PDL=pdl, num_warps=4, **extra)
+            for w in s.ws:
+                _phases[(s.sms,)](w, s.out, s.bar, per, PHASES=phases, BLOCK=s.block, PDL=s.pdl, num_warps=4, **s.launch)
 
         def separate(phases=phases, per=per):
-            for w in ws:
+            for w in s.ws:
                 for p in range(phases):
-                    _phases[(sms,)](w[p * per:], out, bar, per, PHASES=1, BLOCK=block, PDL=pdl, num_warps=4, **extra)
+                    _phases[(s.sms,)](w[p * per:], s.out, s.bar, per, PHASES=1, BLOCK=s.block, PDL=s.pdl, num_warps=4,
+                                      **s.launch)
 
         graphs[f"{phases} phases, {phases - 1} barriers"] = graph_of(fused)
         if phases > 1:
             graphs[f"{phases} phases, {phases} launches"] = graph_of(separate)
+    return graphs
+
+
+def time_graphs(graphs: dict[str, torch.cuda.CUDAGraph]) -> None:
+    """Each graph's replay, median of 5 rounds taken in turns, printed per layer."""
     times: dict[str, list[float]] = {k: [] for k in graphs}
     for _ in range(5):
         for k, g in graphs.items():
             times[k].append(do_bench(g.replay, warmup=5, rep=40, return_mode="median"))
     for k, t in times.items():
         print(f"{k}: {1e3 * statistics.median(t) / LAYERS:.2f} us a layer", flush=True)
+
+
+def main() -> None:
+    time_graphs(barrier_and_launch_graphs(streams()))
 
 
 if __name__ == "__main__":

@@ -16,14 +16,11 @@ arrive adds an exchange and a release after the last arrival. Two other barriers
 
 from __future__ import annotations
 
-import statistics
-
 import torch
 import triton
 import triton.language as tl
-from triton.testing import do_bench
 
-from probe_barrier import LAYERS, MB, _phases, graph_of
+from probe_barrier import barrier_and_launch_graphs, graph_of, streams, time_graphs
 
 
 @triton.jit
@@ -75,48 +72,18 @@ def _phases_kind(w_ptr, out_ptr, bar_ptr, ctr_ptr, per_phase, PHASES: tl.constex
 
 
 def main() -> None:
-    dev = torch.device("cuda")
-    sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    pdl = torch.cuda.get_device_capability(dev)[0] >= 9
-    block = 1024
-    elems = MB * (1 << 20) // 2  # bf16
-    elems -= elems % (sms * block * 8)
-    ws = [torch.randn(elems, device=dev, dtype=torch.bfloat16) for _ in range(LAYERS)]
-    out = torch.empty(sms * block, device=dev, dtype=torch.float32)
-    bar = torch.zeros(64, dtype=torch.int32, device=dev)
-    ctr = torch.zeros(16, dtype=torch.int64, device=dev)
-    extra = {"launch_pdl": True} if pdl else {}
-    print(torch.cuda.get_device_name(dev), torch.__version__, triton.__version__,
-          f"{sms} SMs, {elems * 2 / 1e6:.1f} MB a layer", flush=True)
-    graphs = {}
-    for phases in (1, 2, 3, 5):
-        per = elems // phases
-        per -= per % (sms * block)
-
-        def mlp_kernels(phases=phases, per=per):
-            for w in ws:
-                _phases[(sms,)](w, out, bar, per, PHASES=phases, BLOCK=block, PDL=pdl, num_warps=4, **extra)
-
-        def separate(phases=phases, per=per):
-            for w in ws:
-                for p in range(phases):
-                    _phases[(sms,)](w[p * per:], out, bar, per, PHASES=1, BLOCK=block, PDL=pdl, num_warps=4, **extra)
-
-        graphs[f"{phases} phases, _mlp_kernel's barrier"] = graph_of(mlp_kernels)
-        if phases > 1:
-            for kind, name in ((1, "poll"), (2, "counter")):
-                def other(phases=phases, per=per, kind=kind):
-                    for w in ws:
-                        _phases_kind[(sms,)](w, out, bar, ctr, per, PHASES=phases, BLOCK=block, PDL=pdl, KIND=kind,
-                                             num_warps=4, **extra)
-                graphs[f"{phases} phases, {name} barrier"] = graph_of(other)
-            graphs[f"{phases} phases, {phases} launches"] = graph_of(separate)
-    times: dict[str, list[float]] = {k: [] for k in graphs}
-    for _ in range(5):
-        for k, g in graphs.items():
-            times[k].append(do_bench(g.replay, warmup=5, rep=40, return_mode="median"))
-    for k, t in times.items():
-        print(f"{k}: {1e3 * statistics.median(t) / LAYERS:.2f} us a layer", flush=True)
+    s = streams()
+    ctr = torch.zeros(16, dtype=torch.int64, device=s.out.device)
+    graphs = barrier_and_launch_graphs(s)
+    for phases in (2, 3, 5):
+        per = s.per_phase(phases)
+        for kind, name in ((1, "poll"), (2, "counter")):
+            def other(phases=phases, per=per, kind=kind):
+                for w in s.ws:
+                    _phases_kind[(s.sms,)](w, s.out, s.bar, ctr, per, PHASES=phases, BLOCK=s.block, PDL=s.pdl,
+                                           KIND=kind, num_warps=4, **s.launch)
+            graphs[f"{phases} phases, {phases - 1} {name} barriers"] = graph_of(other)
+    time_graphs(graphs)
 
 
 if __name__ == "__main__":
