@@ -15,7 +15,9 @@
 #   4. [.whl]                BASE_HEADS= bash experiments/drafters/pipeline.sh arena  (trains; AL of the new head)
 # then `restore`, and unpack $OUT's <name>.tgz.part_* (cat, tar xz). About 1300-1400 s of device time in all.
 # The wide run (pipeline.sh wide-data / wide: set 4 plus the two magpie-more sets, ~120 shards) takes the same calls
-# with those stage names; its two data calls make ~105 of the shards on an H100 (a seeded subset is trained on).
+# with those stage names. On an H100 (thirty-first session) the first data call made 77 of the 122 shards in 528 s and
+# a second with DEADLINE_S=370 the other 45 in 325 s; then `BASE_HEADS= TRAIN_BUDGET_S=500 ... wide` (246 s of
+# training and the AL sweep): 1360 s of device time in all, the machine's start included.
 # With the GPU suite in the same session (about 450 s), the two overlap (planned 2026-12-05, not yet run): the shard
 # generation, a 135M model, runs in the background beside the suite's processes, so the pair costs ~1150 s, not ~1850:
 #   strip; 1. [.whl, .cache/gpu/a]  the pip line above              (part one)

@@ -148,10 +148,10 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
   # times so that they weigh more than 1% of the set: each copy's sampled response is a draw of its own, its greedy
   # one repeats. The head agrees with the target on them about as little as on MT-Bench
   # (experiments/drafters/README.md, "Arena-Hard's requests"), so they are the kind the training set lacks.
-  # wide-data / wide (twenty-ninth session, 2026-12-05; not run yet): the same set plus the target's own requests of
+  # wide-data / wide (twenty-ninth session, 2026-12-05; run in the thirty-first: the tenth run, shipped): the same set plus the target's own requests of
   # magpie-more (22,460: seeds 2 and 3), so about twice the prompts; the question the ninth run left: does a wider
-  # spread of the target's own requests carry over to MT-Bench where Arena's 430 did not? The set is ~120 shards, more
-  # than two data calls make on an H100 (~10 s a shard there): the shards made by then, a seeded subset, are used
+  # spread of the target's own requests carry over to MT-Bench where Arena's 430 did not? The set is 122 shards; two
+  # data calls on an H100 made all of them (~7 s a shard there; had they not, a seeded subset of those made is used)
   more=""; cache=distill4
   case $stage in
     arena-data|arena) for _ in $(seq "${ARENA_X:-4}"); do more="$more,$P/arena_hard.jsonl.gz"; done; cache=distill5 ;;
