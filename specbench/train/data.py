@@ -192,7 +192,9 @@ def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_
     # (`data.max_shards`, or where `data.time_budget_s` stopped) is a random subset of the prompts.
     by_length = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     bsz = int(data_cfg.get("batch_size", 32))
-    shard_dir = out_dir / f"distill-{key}.shards"
+    # a shard is one batch of `bsz` prompts, so shards cut at another batch size live apart (mixing them would
+    # repeat some prompts and leave others out)
+    shard_dir = out_dir / f"distill-{key}-rows{bsz}.shards"
     shard_dir.mkdir(parents=True, exist_ok=True)
     n_shards = -(-len(ids) // bsz)
     visit = torch.randperm(n_shards, generator=torch.Generator().manual_seed(seed)).tolist()

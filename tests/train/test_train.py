@@ -115,6 +115,22 @@ def test_time_budgets_and_max_shards_cut_a_run_and_say_how_to_repeat_it(tmp_path
     assert "data.time_budget_s=0 reached after 1 of 2 shards" in capsys.readouterr().out
 
 
+def test_shards_cut_at_another_batch_size_are_never_mixed_in(tmp_path, prompts_file):
+    """One cache dir, data.batch_size 4, then 2, then 4 again (shards of 4 + 2 prompts, then 2 + 2 + 2): each run's set
+    holds every prompt once, since each batch size keeps its own shards (mixed, the second run would read the first
+    run's two shards and make a third with two of their prompts again)."""
+    target = tiny("tiny-llama")
+    data_cfg = OmegaConf.to_container(_cfg(tmp_path, prompts_file).data, resolve=True)
+    prompts = []
+    for rows in (4, 2, 4):
+        data = load_or_generate(tmp_path / "data", target, "tiny-llama", {**data_cfg, "batch_size": rows}, (),
+                                target.eos_ids, 0, progress=False)
+        prompts.append(sorted(t[:n].tolist() for t, n in zip(data.tokens, data.prompt_lengths)))
+    assert len(prompts[0]) == 6 and prompts[0] == prompts[1] == prompts[2]
+    assert len({tuple(p) for p in prompts[0]}) == 6
+    assert sorted(d.name.split("-rows")[1] for d in (tmp_path / "data").glob("distill-*.shards")) == ["2.shards", "4.shards"]
+
+
 # -- EAGLE-3's reduced draft vocabulary: strategy.draft_vocab ------------------------------------------------------
 
 V, H, CPU = 101, 48, torch.device("cpu")  # tiny-llama's vocabulary and hidden size
