@@ -21,7 +21,7 @@ PROMPTS, NEW = 768, 64
 
 
 def main() -> None:
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device("cuda")
     target = load_model(resolve_spec({"name": "smollm2-135m-random"}, "target"), dev, torch.float32)
     runner = DecoderRunner(target.model, use_kernels=False)
     g = torch.Generator().manual_seed(0)
