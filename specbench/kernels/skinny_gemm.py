@@ -8,7 +8,7 @@ optionally splits K into SPLIT parts for parallelism when N is small. With SPLIT
 fp32 partial sums [SPLIT, M, N] that the consumer (`add_rmsnorm` in decode.py) adds in a fixed
 order: deterministic, and no extra reduction launch.
 
-Two entry points:
+Three entry points:
 - `skinny_linear` (fast): M <= 16 only (F.linear above), the configuration tuned per M bucket, so a
   row's result may depend on how many rows share the launch.
 - `invariant_linear` (batch-invariant): any M, in tiles of 16, 32 or 64 rows (grid axis 0, fastest, so
@@ -19,6 +19,8 @@ Two entry points:
   Every output element is then the same K-ordered sum whatever M is (the tile height does not change
   it: measured, see `invariant_block_m`), so a token's logits are bit-identical in a 1-token forward, a
   (K+1)-token verify or another batch.
+- `fused_mlp`: a gated MLP (gate/up, SiLU, down) in one launch with a grid barrier, at up to 16 rows, with the same
+  bits as `invariant_linear`'s two GEMMs and `decode.silu_mul`; used where the tuner finds it faster.
 
 The launch configuration is chosen per (M bucket, N, K, split allowed) by timing a few candidates
 on the device the first time a shape is seen outside a CUDA-graph capture (one host sync, once);
@@ -289,29 +291,33 @@ def _tune(x, w, bias, may_split, silu=False, height: int | None = None, wide: bo
     torch.cuda.synchronize(x.device)
     ws = _weight_copies(w)
     for cfg in _candidates(n, k, sms, may_split and bias is None, invariant, wide, timed_m):
-        try:
-            # compile (raises OutOfResources where the tile does not fit), then time launches inside a graph
-            for _ in range(3):
-                _launch(x, w, bias, cfg, may_split, silu, block_m=timed_m)
-            launches = max(10, len(ws))
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for i in range(launches):
-                    _launch(x, ws[i % len(ws)], bias, cfg, may_split, silu, block_m=timed_m)
-            graph.replay()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(5):
-                graph.replay()
-            end.record()
-            end.synchronize()
-            ms = start.elapsed_time(end) / (5 * launches)
-            del graph
-        except Exception:  # noqa: BLE001 - a config that does not compile (shared memory) is skipped
-            continue
+        ms = _graph_ms(lambda i, cfg=cfg: _launch(x, ws[i % len(ws)], bias, cfg, may_split, silu, block_m=timed_m),
+                       max(10, len(ws)))
         if ms < best_ms:
             best, best_ms = cfg, ms
     return best
+
+
+def _graph_ms(launch, launches: int) -> float:
+    """Milliseconds per call of launch(i), i = 0..launches-1, replayed from one CUDA graph (5 replays after one), once
+    three eager calls have compiled it; inf where it does not compile (a tile over the shared memory) or launch."""
+    try:
+        for i in range(3):
+            launch(i)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(launches):
+                launch(i)
+        graph.replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / (5 * launches)
+    except Exception:  # noqa: BLE001 - a configuration that does not compile or launch is skipped
+        return float("inf")
 
 
 def _weight_copies(w: torch.Tensor) -> list[torch.Tensor]:
@@ -525,24 +531,7 @@ def _tune_mlp(x, gu_w, down_w, split, bar) -> tuple | None:
 
     for cfg in [None, *_MLP_CANDIDATES]:
         run = three if cfg is None else functools.partial(_launch_mlp, x, cfg=cfg, split=split, bar=bar)
-        try:
-            for _ in range(3):
-                run(gu_w, down_w)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for j in range(launches):
-                    run(gus[j % len(gus)], downs[j % len(downs)])
-            graph.replay()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(5):
-                graph.replay()
-            end.record()
-            end.synchronize()
-            ms = start.elapsed_time(end) / (5 * launches)
-            del graph
-        except Exception:  # noqa: BLE001 - a config that does not compile (shared memory) is skipped
-            continue
+        ms = _graph_ms(lambda j, run=run: run(gus[j % len(gus)], downs[j % len(downs)]), launches)
         if ms < best_ms:
             best, best_ms = cfg, ms
     return best

@@ -14,6 +14,7 @@ log goes to experiments/gpu/suite-<date>-<commit>.txt (README: development).
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -93,82 +94,68 @@ def test_logits_are_batch_invariant_8b():
     assert torch.equal(logits(graphed, 3, verify=False), one)
 
 
+@functools.lru_cache(maxsize=1)
+def _model_06b():
+    from specbench.models.loading import load_model, resolve_spec
+
+    return load_model(resolve_spec({"name": "qwen3-0.6b-random"}, "draft"), "cuda", torch.bfloat16).model
+
+
+def _forwards_06b(seed: int, graphs: bool) -> list[torch.Tensor]:
+    """Qwen3-0.6B (random weights, loaded once, batch-invariant kernels), batch 3: logits of two 15-token prefill
+    chunks (45 rows), five 1-token forwards (3 rows) and a 5-token one (15 rows), eager or replayed from graphs."""
+    from specbench.models.cuda_graphs import GraphedRunner
+    from specbench.models.decoder import DecoderRunner
+
+    model = _model_06b()
+    seqs = torch.randint(0, 50_000, (3, 40), generator=torch.Generator().manual_seed(seed)).cuda()
+    runner = DecoderRunner(model, batch_invariant=True)
+    runner = GraphedRunner(runner) if graphs else runner
+    runner.allocate(3, 64)
+    pos = torch.arange(40, device="cuda").expand(3, 40)
+    outs = []
+    for c in range(0, 30, 15):
+        outs.append(runner(seqs[:, c:c + 15], pos[:, c:c + 15].contiguous(), attn_len=c + 15).logits.clone())
+    for t in range(30, 35):
+        outs.append(runner(seqs[:, t:t + 1], pos[:, t:t + 1].contiguous(), attn_len=t + 1).logits.clone())
+    outs.append(runner(seqs[:, 35:40], pos[:, 35:40].contiguous(), attn_len=40).logits.clone())
+    return outs
+
+
+def _same_bits_either_way(switch, seed: int) -> None:
+    """switch(True) and switch(False) give bit-identical `_forwards_06b`, eager and from graphs; the switch ends on."""
+    try:
+        for graphs in (False, True):
+            switch(True)
+            on = _forwards_06b(seed, graphs)
+            switch(False)
+            off = _forwards_06b(seed, graphs)
+            assert all(torch.equal(a, b) for a, b in zip(on, off, strict=True)), f"graphs={graphs}"
+    finally:
+        switch(True)
+
+
 def test_dependent_launch_keeps_every_bit_06b():
     """engine.pdl: the GEMMs launched as programmatic dependents give the same logits, bit for bit, as plain
     launches: 1-token and 5-token forwards at batch 3, eager and replayed from a graph."""
     from specbench.kernels import decode
-    from specbench.models.cuda_graphs import GraphedRunner
-    from specbench.models.decoder import DecoderRunner
-    from specbench.models.loading import load_model, resolve_spec
 
     assert decode.pdl(torch.device("cuda")) == (torch.cuda.get_device_capability()[0] >= 9)
-    model = load_model(resolve_spec({"name": "qwen3-0.6b-random"}, "draft"), "cuda", torch.bfloat16).model
-    seqs = torch.randint(0, 50_000, (3, 40), generator=torch.Generator().manual_seed(1)).cuda()
-
-    def logits(graphs: bool) -> list[torch.Tensor]:
-        runner = DecoderRunner(model, batch_invariant=True)
-        runner = GraphedRunner(runner) if graphs else runner
-        runner.allocate(3, 64)
-        pos = torch.arange(40, device="cuda").expand(3, 40)
-        outs = []
-        for c in range(0, 30, 15):
-            outs.append(runner(seqs[:, c:c + 15], pos[:, c:c + 15].contiguous(), attn_len=c + 15).logits.clone())
-        for t in range(30, 35):
-            outs.append(runner(seqs[:, t:t + 1], pos[:, t:t + 1].contiguous(), attn_len=t + 1).logits.clone())
-        outs.append(runner(seqs[:, 35:40], pos[:, 35:40].contiguous(), attn_len=40).logits.clone())
-        return outs
-
-    try:
-        for graphs in (False, True):
-            decode.use_pdl(True)
-            on = logits(graphs)
-            decode.use_pdl(False)
-            off = logits(graphs)
-            assert all(torch.equal(a, b) for a, b in zip(on, off, strict=True)), f"graphs={graphs}"
-    finally:
-        decode.use_pdl(True)
+    _same_bits_either_way(decode.use_pdl, seed=1)
 
 
 def test_fused_mlp_keeps_every_bit_06b(monkeypatch):
     """engine.fused_mlp: the MLP in one launch (a grid barrier between gate/up and down) gives the same logits, bit
-    for bit, as its three launches: 1-token and 5-token forwards at batch 3, eager and replayed from graphs, the
-    graphs replayed several times (the barrier leaves its counter ready for the next launch)."""
+    for bit, as its three launches: 1-token and 5-token forwards at batch 3 (45-row prefill chunks take three
+    launches), eager and replayed from graphs, each 1-token graph replayed five times (the barrier leaves its counter
+    ready for the next launch)."""
     from specbench.kernels import skinny_gemm
-    from specbench.models.cuda_graphs import GraphedRunner
-    from specbench.models.decoder import DecoderRunner
-    from specbench.models.loading import load_model, resolve_spec
 
-    model = load_model(resolve_spec({"name": "qwen3-0.6b-random"}, "draft"), "cuda", torch.bfloat16).model
-    seqs = torch.randint(0, 50_000, (3, 40), generator=torch.Generator().manual_seed(2)).cuda()
     # one launch at every row count, whatever the tuner would keep (a stand-in for it; candidate 5 prefetches)
     monkeypatch.setattr(skinny_gemm, "_MLP_TUNED", {})
     monkeypatch.setattr(skinny_gemm, "_tune_mlp", lambda *args: skinny_gemm._MLP_CANDIDATES[5])
-    taken = []
-    real = skinny_gemm.fused_mlp
-    monkeypatch.setattr(skinny_gemm, "fused_mlp", lambda *a, **k: taken.append(1) or real(*a, **k))
-
-    def logits(graphs: bool) -> list[torch.Tensor]:
-        runner = DecoderRunner(model, batch_invariant=True)
-        runner = GraphedRunner(runner) if graphs else runner
-        runner.allocate(3, 64)
-        pos = torch.arange(40, device="cuda").expand(3, 40)
-        outs = [runner(seqs[:, :30], pos[:, :30].contiguous(), attn_len=30).logits.clone()]
-        for _ in range(3):
-            for t in range(30, 35):
-                outs.append(runner(seqs[:, t:t + 1], pos[:, t:t + 1].contiguous(), attn_len=t + 1).logits.clone())
-        outs.append(runner(seqs[:, 35:40], pos[:, 35:40].contiguous(), attn_len=40).logits.clone())
-        return outs
-
-    try:
-        for graphs in (False, True):
-            skinny_gemm.use_fused_mlp(True)
-            on = logits(graphs)
-            skinny_gemm.use_fused_mlp(False)
-            off = logits(graphs)
-            assert all(torch.equal(a, b) for a, b in zip(on, off, strict=True)), f"graphs={graphs}"
-    finally:
-        skinny_gemm.use_fused_mlp(True)
-    assert set(skinny_gemm._MLP_TUNED.values()) == {skinny_gemm._MLP_CANDIDATES[5]} and taken
+    _same_bits_either_way(skinny_gemm.use_fused_mlp, seed=2)
+    assert set(skinny_gemm._MLP_TUNED.values()) == {skinny_gemm._MLP_CANDIDATES[5]}  # it ran, at 3 and 15 rows
 
 
 def test_self_draft_is_exact_for_k_1_to_5_in_one_sweep_8b(tmp_path: Path):
