@@ -1,7 +1,7 @@
 """Probe (H100/H200), measurement only: what a grid barrier costs next to a kernel boundary, to size the next fusion
 (run 10 of experiments/gpu/README.md: the MLP in one launch saved 1.9 us a layer on the H200, two boundaries
 for one barrier). Every launch streams 8 MB of weights (one 0.6B-sized GEMM's worth, split over the programs) in
-B + 1 phases separated by B grid barriers, the barrier of `skinny_gemm._mlp_kernel`; the same work as B + 1 separate
+B + 1 phases separated by B grid barriers, `skinny_gemm._mlp_kernel`'s own (`_grid_arrive`, `_grid_wait`); the same work as B + 1 separate
 launches (dependent launch on Hopper, as the decoder's GEMMs) is the comparison. 28 launches a graph (one per
 layer), each on its own buffer, median of 5 alternating rounds.
 
@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 from triton.testing import do_bench
+
+from specbench.kernels.skinny_gemm import _grid_arrive, _grid_wait
 
 LAYERS, MB = 28, 8
 
@@ -35,17 +37,8 @@ def _phases(w_ptr, out_ptr, bar_ptr, per_phase, PHASES: tl.constexpr, BLOCK: tl.
         for k in range(0, per_phase // nprog, BLOCK):
             acc += tl.load(w_ptr + base + k + tl.arange(0, BLOCK)).to(tl.float32)
         if p < PHASES - 1:  # the barrier of skinny_gemm._mlp_kernel
-            tl.debug_barrier()
-            gen = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")
-            arrived = tl.atomic_add(bar_ptr, 1, sem="acq_rel", scope="gpu")
-            if arrived == nprog - 1:
-                tl.atomic_xchg(bar_ptr, 0, sem="relaxed", scope="gpu")
-                tl.atomic_add(bar_ptr + 32, 1, sem="release", scope="gpu")
-            else:
-                now = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")
-                while now == gen:
-                    now = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")
-            tl.debug_barrier()
+            gen, arrived = _grid_arrive(bar_ptr)
+            _grid_wait(bar_ptr, gen, arrived, nprog)
     tl.store(out_ptr + pid * BLOCK + tl.arange(0, BLOCK), acc)
 
 

@@ -24,11 +24,6 @@ from specbench.models.decoder import DecoderRunner  # noqa: E402
 from specbench.models.loading import load_model, resolve_spec  # noqa: E402
 
 
-def three_launches(x, gu_w, down_w):
-    gu = skinny_gemm.invariant_linear(x, gu_w)
-    return skinny_gemm.invariant_linear(gu, down_w, may_split=True, silu=True)
-
-
 def probe(name: str, dev: torch.device) -> None:
     runner = DecoderRunner(load_model(resolve_spec({"name": name}, "target"), dev, torch.bfloat16).model)
     layers = [(w["gu_w"], w["down_w"]) for w in runner._w]
@@ -37,10 +32,10 @@ def probe(name: str, dev: torch.device) -> None:
         skinny_gemm.fused_mlp(x, *layers[0])  # the tuner: a candidate, or None where three launches were faster
         cfg = skinny_gemm._MLP_TUNED.get((skinny_gemm._m_bucket(m), x.shape[1], layers[0][1].shape[1]))
         forced = cfg or skinny_gemm._MLP_CANDIDATES[1]  # declined: timed anyway, on this candidate
-        same = all(torch.equal(skinny_gemm.fused_mlp(x, g, d, config=forced), three_launches(x, g, d))
+        same = all(torch.equal(skinny_gemm.fused_mlp(x, g, d, config=forced), skinny_gemm.three_launch_mlp(x, g, d))
                    for g, d in layers[:4])
         pairs = list(range(len(layers)))
-        us_three = graph_us(lambda j: three_launches(x, *layers[j]), pairs)
+        us_three = graph_us(lambda j: skinny_gemm.three_launch_mlp(x, *layers[j]), pairs)
         us_fused = graph_us(lambda j: skinny_gemm.fused_mlp(x, *layers[j], config=forced), pairs)
         print(f"{name} MLP alone, M={m}: three launches {us_three:.2f} us/layer, one launch {us_fused:.2f} "
               f"({us_fused / us_three:.3f}) with {forced}; the tuner chose {cfg or 'three launches'}; "

@@ -46,6 +46,30 @@ if triton is not None:
     import triton.language as tl
 
     @triton.jit
+    def _grid_arrive(bar_ptr):
+        """A program's arrival at a sense-reversing grid barrier over every program of the launch (all resident: at most
+        one per SM). bar_ptr: int32 counter at [0], generation at [32] (own 128-byte lines). Returns (the generation it
+        arrived in, how many arrived before it); `_grid_wait` completes it. It leaves the counter at zero for the next
+        launch, so a graph replay needs no reset."""
+        tl.debug_barrier()  # every thread's stores are issued before this program arrives
+        gen = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")
+        arrived = tl.atomic_add(bar_ptr, 1, sem="acq_rel", scope="gpu")
+        return gen, arrived
+
+    @triton.jit
+    def _grid_wait(bar_ptr, gen, arrived, nprog):
+        """The rest of `_grid_arrive`'s barrier: the last to arrive zeroes the counter and opens the next generation;
+        the others wait for it."""
+        if arrived == nprog - 1:
+            tl.atomic_xchg(bar_ptr, 0, sem="relaxed", scope="gpu")
+            tl.atomic_add(bar_ptr + 32, 1, sem="release", scope="gpu")
+        else:
+            now = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")
+            while now == gen:
+                now = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")
+        tl.debug_barrier()
+
+    @triton.jit
     def _skinny_kernel(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, k_per_split,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        PARTIAL: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, SILU: tl.constexpr,
@@ -127,11 +151,8 @@ if triton is not None:
                 s = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
                 h = (s * acc_u.to(dt).to(tl.float32)).to(dt)
                 tl.store(h_ptr + rm[:, None].to(tl.int64) * I + rn[None, :], h, mask=m_ok[:, None] & n_ok[None, :])
-        if PHASE == 0:  # grid barrier (every program is resident: at most one per SM), sense-reversing, so it
-            # leaves the counter at zero for the next launch and needs no reset between graph replays
-            tl.debug_barrier()  # every thread's h is stored before this program arrives
-            gen = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")  # count and generation: own 128 B lines
-            arrived = tl.atomic_add(bar_ptr, 1, sem="acq_rel", scope="gpu")
+        if PHASE == 0:  # the grid barrier; a program that waits may prefetch meanwhile
+            gen, arrived = _grid_arrive(bar_ptr)
             n_tiles2 = tl.cdiv(H, BN2)
             if PREFETCH and arrived < nprog - 1 and pid < m_tiles * n_tiles2 * SPLIT:
                 # 32-byte sectors (16 elements) of the Wd tile of its first phase-2 item
@@ -142,14 +163,7 @@ if triton is not None:
                     tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l",
                                               [d_ptr + rn_pf[:, None] + kk_pf[None, :]], dtype=tl.int32,
                                               is_pure=False, pack=1)
-            if arrived == nprog - 1:
-                tl.atomic_xchg(bar_ptr, 0, sem="relaxed", scope="gpu")
-                tl.atomic_add(bar_ptr + 32, 1, sem="release", scope="gpu")
-            else:
-                now = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")
-                while now == gen:
-                    now = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")
-            tl.debug_barrier()
+            _grid_wait(bar_ptr, gen, arrived, nprog)
         if PHASE != 1:
             n_tiles = tl.cdiv(H, BN2)
             for item in range(pid, m_tiles * n_tiles * SPLIT, nprog):
@@ -421,14 +435,13 @@ def invariant_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
     return _launch(x, w, bias, cfg, key[4], silu, block_m=height)
 
 
-
 FUSED_MLP = True  # `fused_mlp` stands in for the MLP's three launches at up to TILE_M rows (a switch for A/B)
 # (BN1, BK1, BN2, BK2, num_warps, num_stages, prefetch): phase 1's tiles over I, phase 2's over H, and whether a
 # program pulls its phase-2 weights into L2 while it waits at the barrier; `_tune_mlp` times them
 _MLP_CANDIDATES = [(32, 256, 32, 256, 4, 3, False), (32, 256, 32, 256, 4, 4, False), (16, 256, 32, 256, 4, 4, False),
                    (32, 256, 16, 256, 4, 4, False), (16, 256, 16, 256, 4, 4, False), (32, 256, 32, 256, 4, 4, True),
                    (16, 256, 32, 256, 4, 4, True)]
-_MLP_TUNED: dict[tuple, tuple] = {}
+_MLP_TUNED: dict[tuple, tuple | None] = {}  # None: three launches are faster there
 _BARRIERS: dict[torch.device, torch.Tensor] = {}
 
 
@@ -467,13 +480,20 @@ def fused_mlp(x: torch.Tensor, gu_w: torch.Tensor, down_w: torch.Tensor,
             _MLP_TUNED[key] = _tune_mlp(probe, gu_w, down_w, split, bar)
         else:
             _MLP_TUNED[key] = _MLP_CANDIDATES[0]
-    if (config or _MLP_TUNED[key]) is None:
+    cfg = config or _MLP_TUNED[key]
+    if cfg is None:
         return None
-    bn1, bk1, bn2, bk2, warps, stages, prefetch = config or _MLP_TUNED[key]
+    bn1, bk1, bn2, bk2, warps, stages, prefetch = cfg
     bk1, bk2 = _dividing(bk1, hdim), _dividing(bk2, i // split)  # (a model's sizes are multiples of 256: unchanged)
     if bk1 is None or bk2 is None:
         return None
     return _launch_mlp(x, gu_w, down_w, (bn1, bk1, bn2, bk2, warps, stages, prefetch), split, bar)
+
+
+def three_launch_mlp(x: torch.Tensor, gu_w: torch.Tensor, down_w: torch.Tensor) -> torch.Tensor:
+    """What `fused_mlp` stands in for, and its reference: the batch-invariant gate/up GEMM, `decode.silu_mul`, and
+    the down GEMM (fp32 partials [S, M, H] when split), as the decoder's batch-invariant path runs them."""
+    return invariant_linear(invariant_linear(x, gu_w), down_w, may_split=True, silu=True)
 
 
 def _dividing(block_k: int, k: int) -> int | None:
@@ -526,11 +546,8 @@ def _tune_mlp(x, gu_w, down_w, split, bar) -> tuple | None:
     gus, downs = _weight_copies(gu_w), _weight_copies(down_w)
     launches = max(10, len(gus), len(downs))
 
-    def three(gu, down):  # what the decoder runs where fused_mlp declines
-        return invariant_linear(invariant_linear(x, gu), down, may_split=True, silu=True)
-
     for cfg in [None, *_MLP_CANDIDATES]:
-        run = three if cfg is None else functools.partial(_launch_mlp, x, cfg=cfg, split=split, bar=bar)
+        run = functools.partial(three_launch_mlp, x) if cfg is None else functools.partial(_launch_mlp, x, cfg=cfg, split=split, bar=bar)
         ms = _graph_ms(lambda j, run=run: run(gus[j % len(gus)], downs[j % len(downs)]), launches)
         if ms < best_ms:
             best, best_ms = cfg, ms

@@ -68,12 +68,6 @@ def test_silu_prologue(cfg):
     torch.testing.assert_close(y2, ref, atol=1e-4, rtol=1e-4)
 
 
-def _mlp_three_launches(x, gu_w, down_w):
-    """The MLP as the decoder runs it above TILE_M rows: the gate/up GEMM, silu_mul, the down GEMM (split)."""
-    gu = skinny_gemm.invariant_linear(x, gu_w)
-    return skinny_gemm.invariant_linear(gu, down_w, may_split=True, silu=True)
-
-
 @pytest.mark.parametrize("m", [1, 3, 16])
 @pytest.mark.parametrize("i", [768, 1024])  # down's K in 1 part (768) or 4 (1024) at 132 SMs
 @pytest.mark.parametrize("cfg", [0, 5])  # without and with the phase-2 prefetch
@@ -85,7 +79,7 @@ def test_fused_mlp_equals_the_three_launches(m, i, cfg):
     down_w = (torch.randn(h, i, generator=g) / 32).to(DEVICE, DTYPE)
     # a given configuration: untuned, where the tuner may keep three launches for shapes this small (GPU, 2026-12-05)
     y = skinny_gemm.fused_mlp(x, gu_w, down_w, config=skinny_gemm._MLP_CANDIDATES[cfg])
-    ref = _mlp_three_launches(x, gu_w, down_w)
+    ref = skinny_gemm.three_launch_mlp(x, gu_w, down_w)
     assert y is not None and y.shape == ref.shape and y.dtype == ref.dtype
     if DEVICE.type == "cuda":  # compiled: the same sums, rounded at the same points
         assert torch.equal(y, ref)
