@@ -1,5 +1,6 @@
 """Probe (H100/H200), measurement only: `engine.fused_mlp`, a layer's MLP (gate/up GEMM, silu_mul, down GEMM) as one
-launch with a grid barrier (`skinny_gemm.fused_mlp`), against the three launches. For each preset (random weights,
+launch with a grid barrier (`skinny_gemm.fused_mlp`, with each of BARRIERS' ways to wait), against the three launches.
+For each preset (random weights,
 bf16, our decoder, batch-invariant kernels):
 - each layer's MLP alone at M = 1 and 4, one launch per layer on that layer's weights inside one graph (so each
   streams from HBM), microseconds per layer, and whether the outputs are bit-identical;
@@ -23,6 +24,10 @@ from specbench.kernels import skinny_gemm  # noqa: E402
 from specbench.models.decoder import DecoderRunner  # noqa: E402
 from specbench.models.loading import load_model, resolve_spec  # noqa: E402
 
+# the grid barrier's two ways of waiting (skinny_gemm.GRID_POLL): one thread per program polls with an atomic add of
+# 0 (until 2026-12-05), or every thread with its own acquire load
+BARRIERS = {"atomic-poll": False, "load-poll": True}
+
 
 def probe(name: str, dev: torch.device) -> None:
     runner = DecoderRunner(load_model(resolve_spec({"name": name}, "target"), dev, torch.bfloat16).model)
@@ -32,14 +37,17 @@ def probe(name: str, dev: torch.device) -> None:
         skinny_gemm.fused_mlp(x, *layers[0])  # the tuner: a candidate, or None where three launches were faster
         cfg = skinny_gemm._MLP_TUNED.get((skinny_gemm._m_bucket(m), x.shape[1], layers[0][1].shape[1]))
         forced = cfg or skinny_gemm._MLP_CANDIDATES[1]  # declined: timed anyway, on this candidate
-        same = all(torch.equal(skinny_gemm.fused_mlp(x, g, d, config=forced), skinny_gemm.three_launch_mlp(x, g, d))
-                   for g, d in layers[:4])
         pairs = list(range(len(layers)))
-        us_three = graph_us(lambda j: skinny_gemm.three_launch_mlp(x, *layers[j]), pairs)
-        us_fused = graph_us(lambda j: skinny_gemm.fused_mlp(x, *layers[j], config=forced), pairs)
-        print(f"{name} MLP alone, M={m}: three launches {us_three:.2f} us/layer, one launch {us_fused:.2f} "
-              f"({us_fused / us_three:.3f}) with {forced}; the tuner chose {cfg or 'three launches'}; "
-              f"bit-identical: {same}", flush=True)
+        us, same = {"three launches": graph_us(lambda j: skinny_gemm.three_launch_mlp(x, *layers[j]), pairs)}, {}
+        for kind, poll in BARRIERS.items():
+            skinny_gemm.GRID_POLL = poll
+            same[kind] = all(torch.equal(skinny_gemm.fused_mlp(x, g, d, config=forced),
+                                         skinny_gemm.three_launch_mlp(x, g, d)) for g, d in layers[:4])
+            us[f"one launch, {kind}"] = graph_us(lambda j: skinny_gemm.fused_mlp(x, *layers[j], config=forced), pairs)
+        skinny_gemm.GRID_POLL = True
+        print(f"{name} MLP alone, M={m}, us/layer: " + ", ".join(f"{k} {v:.2f} ({v / us['three launches']:.3f})"
+                                                              for k, v in us.items())
+              + f"; with {forced}; the tuner chose {cfg or 'three launches'}; bit-identical: {same}", flush=True)
     runner.allocate(1, 1024)
     runner(torch.randint(0, 1000, (1, PREFIX), device=dev), torch.arange(PREFIX, device=dev)[None], attn_len=PREFIX)
     for t in (1, 4):
@@ -50,16 +58,19 @@ def probe(name: str, dev: torch.device) -> None:
             return runner(tokens, positions, attn_len=PREFIX + t)
 
         graphs, logits = {}, {}
-        for on in (False, True):
+        for label, on, poll in (("three", False, True), *(("one, " + k, True, p) for k, p in BARRIERS.items())):
             skinny_gemm.use_fused_mlp(on)
+            skinny_gemm.GRID_POLL = poll
             for _ in range(3):  # tuning and compiles outside the capture
                 fwd()
-            graphs[on], logits[on] = capture(fwd)
+            graphs[label], logits[label] = capture(fwd)
         skinny_gemm.use_fused_mlp(True)
-        times = alternate({"three": graphs[False], "one": graphs[True]})
-        same = torch.equal(logits[False], logits[True])
-        print(f"{name} forward 1 x {t}: graph replay three launches {times['three']:.3f} ms, one launch "
-              f"{times['one']:.3f} ms ({times['one'] / times['three']:.3f}); logits bit-identical: {same}", flush=True)
+        skinny_gemm.GRID_POLL = True
+        times = alternate(graphs)
+        same = all(torch.equal(logits["three"], v) for v in logits.values())
+        print(f"{name} forward 1 x {t}, graph replay ms: " + ", ".join(f"{k} {v:.3f} ({v / times['three']:.3f})"
+                                                                      for k, v in times.items())
+              + f"; logits bit-identical: {same}", flush=True)
         del graphs
 
 

@@ -46,27 +46,40 @@ if triton is not None:
     import triton.language as tl
 
     @triton.jit
+    def _generation(bar_ptr, POLL: tl.constexpr):
+        """The grid barrier's generation word (at [32]), read with acquire semantics at GPU scope. POLL: by each
+        thread's own load (PTX `ld.acquire.gpu`: not an atomic read-modify-write of the word every waiting program
+        reads; the asm is not pure, so it is not hoisted out of a loop); else by an atomic add of 0, made by one thread
+        of the program while its other threads wait for it."""
+        if POLL:
+            gen = tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [bar_ptr + 32],
+                                            dtype=tl.int32, is_pure=False, pack=1)
+        else:
+            gen = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")
+        return gen
+
+    @triton.jit
     def _grid_arrive(bar_ptr):
         """A program's arrival at a sense-reversing grid barrier over every program of the launch (all resident: at most
         one per SM). bar_ptr: int32 counter at [0], generation at [32] (own 128-byte lines). Returns (the generation it
         arrived in, how many arrived before it); `_grid_wait` completes it. It leaves the counter at zero for the next
         launch, so a graph replay needs no reset."""
         tl.debug_barrier()  # every thread's stores are issued before this program arrives
-        gen = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")
+        gen = _generation(bar_ptr, False)
         arrived = tl.atomic_add(bar_ptr, 1, sem="acq_rel", scope="gpu")
         return gen, arrived
 
     @triton.jit
-    def _grid_wait(bar_ptr, gen, arrived, nprog):
+    def _grid_wait(bar_ptr, gen, arrived, nprog, POLL: tl.constexpr):
         """The rest of `_grid_arrive`'s barrier: the last to arrive zeroes the counter and opens the next generation;
-        the others wait for it."""
+        the others wait for it, polling the generation as POLL says (`_generation`)."""
         if arrived == nprog - 1:
             tl.atomic_xchg(bar_ptr, 0, sem="relaxed", scope="gpu")
             tl.atomic_add(bar_ptr + 32, 1, sem="release", scope="gpu")
         else:
-            now = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")
+            now = _generation(bar_ptr, POLL)
             while now == gen:
-                now = tl.atomic_add(bar_ptr + 32, 0, sem="acquire", scope="gpu")
+                now = _generation(bar_ptr, POLL)
         tl.debug_barrier()
 
     @triton.jit
@@ -119,7 +132,8 @@ if triton is not None:
     @triton.jit
     def _mlp_kernel(x_ptr, gu_ptr, d_ptr, h_ptr, out_ptr, bar_ptr, M, H, I, stride_xm, k_per_split,
                     BLOCK_M: tl.constexpr, BN1: tl.constexpr, BK1: tl.constexpr, BN2: tl.constexpr, BK2: tl.constexpr,
-                    SPLIT: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr):
+                    SPLIT: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+                    POLL: tl.constexpr):
         """A gated MLP in one launch of at most one program per SM (`fused_mlp`). Phase 1: h = silu(x @ Wg^T) *
         (x @ Wu^T), [M, I], as the gate/up GEMM and `decode.silu_mul` compute and round it. A grid barrier. Phase 2:
         h @ Wd^T in SPLIT parts of K, as `_skinny_kernel` sums them. PHASE 0 runs both (compiled), 1 or 2 one of them
@@ -163,7 +177,7 @@ if triton is not None:
                     tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l",
                                               [d_ptr + rn_pf[:, None] + kk_pf[None, :]], dtype=tl.int32,
                                               is_pure=False, pack=1)
-            _grid_wait(bar_ptr, gen, arrived, nprog)
+            _grid_wait(bar_ptr, gen, arrived, nprog, POLL)
         if PHASE != 1:
             n_tiles = tl.cdiv(H, BN2)
             for item in range(pid, m_tiles * n_tiles * SPLIT, nprog):
@@ -441,6 +455,7 @@ FUSED_MLP = True  # `fused_mlp` stands in for the MLP's three launches at up to 
 _MLP_CANDIDATES = [(32, 256, 32, 256, 4, 3, False), (32, 256, 32, 256, 4, 4, False), (16, 256, 32, 256, 4, 4, False),
                    (32, 256, 16, 256, 4, 4, False), (16, 256, 16, 256, 4, 4, False), (32, 256, 32, 256, 4, 4, True),
                    (16, 256, 32, 256, 4, 4, True)]
+GRID_POLL = True  # the grid barrier's waiting threads poll with their own loads (`_grid_wait`; a switch for A/B)
 _MLP_TUNED: dict[tuple, tuple | None] = {}  # None: three launches are faster there
 _BARRIERS: dict[torch.device, torch.Tensor] = {}
 
@@ -527,7 +542,7 @@ def _launch_mlp(x, gu_w, down_w, cfg, split, bar):
     args = (x, gu_w, down_w, h, out, bar, m, hdim, i, x.stride(0), i // split)
     dependent = pdl(x.device)
     meta = dict(BLOCK_M=TILE_M, BN1=bn1, BK1=bk1, BN2=bn2, BK2=bk2, SPLIT=split, PDL=dependent, num_warps=warps,
-                num_stages=stages, PREFETCH=prefetch and not _INTERPRETED)
+                num_stages=stages, PREFETCH=prefetch and not _INTERPRETED, POLL=GRID_POLL)
     if _INTERPRETED:
         for phase in (1, 2):
             _mlp_kernel[(items,)](*args, PHASE=phase, **meta)
