@@ -25,8 +25,9 @@ from specbench.models.decoder import DecoderRunner  # noqa: E402
 from specbench.models.loading import load_model, resolve_spec  # noqa: E402
 
 # the grid barrier's two ways of waiting (skinny_gemm.GRID_POLL): one thread per program polls with an atomic add of
-# 0 (until 2026-12-05), or every thread with its own acquire load
+# 0 (the default), or every thread with its own acquire load (no faster on an H200: experiments/gpu/README.md, run 12)
 BARRIERS = {"atomic-poll": False, "load-poll": True}
+DEFAULT_POLL = skinny_gemm.GRID_POLL  # restored after each A/B
 
 
 def probe(name: str, dev: torch.device) -> None:
@@ -44,7 +45,7 @@ def probe(name: str, dev: torch.device) -> None:
             same[kind] = all(torch.equal(skinny_gemm.fused_mlp(x, g, d, config=forced),
                                          skinny_gemm.three_launch_mlp(x, g, d)) for g, d in layers[:4])
             us[f"one launch, {kind}"] = graph_us(lambda j: skinny_gemm.fused_mlp(x, *layers[j], config=forced), pairs)
-        skinny_gemm.GRID_POLL = True
+        skinny_gemm.GRID_POLL = DEFAULT_POLL
         print(f"{name} MLP alone, M={m}, us/layer: " + ", ".join(f"{k} {v:.2f} ({v / us['three launches']:.3f})"
                                                               for k, v in us.items())
               + f"; with {forced}; the tuner chose {cfg or 'three launches'}; bit-identical: {same}", flush=True)
@@ -65,7 +66,7 @@ def probe(name: str, dev: torch.device) -> None:
                 fwd()
             graphs[label], logits[label] = capture(fwd)
         skinny_gemm.use_fused_mlp(True)
-        skinny_gemm.GRID_POLL = True
+        skinny_gemm.GRID_POLL = DEFAULT_POLL
         times = alternate(graphs)
         same = all(torch.equal(logits["three"], v) for v in logits.values())
         print(f"{name} forward 1 x {t}, graph replay ms: " + ", ".join(f"{k} {v:.3f} ({v / times['three']:.3f})"

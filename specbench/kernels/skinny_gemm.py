@@ -455,7 +455,8 @@ FUSED_MLP = True  # `fused_mlp` stands in for the MLP's three launches at up to 
 _MLP_CANDIDATES = [(32, 256, 32, 256, 4, 3, False), (32, 256, 32, 256, 4, 4, False), (16, 256, 32, 256, 4, 4, False),
                    (32, 256, 16, 256, 4, 4, False), (16, 256, 16, 256, 4, 4, False), (32, 256, 32, 256, 4, 4, True),
                    (16, 256, 32, 256, 4, 4, True)]
-GRID_POLL = True  # the grid barrier's waiting threads poll with their own loads (`_grid_wait`; a switch for A/B)
+GRID_POLL = False  # the grid barrier's waiting threads poll with their own loads (`_grid_wait`); off: on an H200 it was
+# no faster than one atomic per program (experiments/gpu/README.md, run 12), so the older wait stays (a switch for A/B)
 _MLP_TUNED: dict[tuple, tuple | None] = {}  # None: three launches are faster there
 _BARRIERS: dict[torch.device, torch.Tensor] = {}
 

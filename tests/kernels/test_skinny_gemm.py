@@ -100,13 +100,14 @@ def test_fused_mlp_tiles_do_not_change_a_bit(cfg):
     first = skinny_gemm.fused_mlp(x, gu_w, down_w, config=skinny_gemm._MLP_CANDIDATES[0])
     if DEVICE.type == "cuda":
         assert torch.equal(y, first)
+        default = skinny_gemm.GRID_POLL
         try:
             for poll in (True, False):  # either way of waiting at the barrier (GRID_POLL)
                 skinny_gemm.GRID_POLL = poll
                 for _ in range(20):  # the barrier leaves its counter ready for the next launch
                     assert torch.equal(skinny_gemm.fused_mlp(x, gu_w, down_w, config=cfg), first)
         finally:
-            skinny_gemm.GRID_POLL = True
+            skinny_gemm.GRID_POLL = default
     else:
         torch.testing.assert_close(y, first, atol=1e-5, rtol=1e-5)
 
