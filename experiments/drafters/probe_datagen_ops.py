@@ -15,7 +15,8 @@ The ways other than "as is" patch the probe's own process only (the module's SDP
 Then torch.profiler's CUDA kernels by total time for "as is", and the attention alone in each form (CUDA events,
 median of 20) at the datagen's decode shape (fp32, 384 rows, 9 query / 3 key-value heads, 1 query, 255 slots) and at an
 8B target's prefill (bf16, 1 row, 32 / 8 heads of 128, 1024 queries over 1024 slots), as the bf16 path's prefill calls
-SDPA with a causal mask and enable_gqa too.
+SDPA with a causal mask and enable_gqa too, and, forward and backward, at an EAGLE head's training batch (fp32, 32
+sequences of 384 tokens, the head's 9 / 3 heads of 64).
 
     python3 experiments/drafters/probe_datagen_ops.py
 """
@@ -101,9 +102,11 @@ def main() -> None:
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         run(NEW)
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60), flush=True)
-    for dtype, b, hq, hkv, t, s, d in ((torch.float32, ROWS, 9, 3, 1, 255, 64), (torch.bfloat16, 1, 32, 8, 1024, 1024, 128)):
-        q = torch.randn(b, hq, t, d, device=dev, dtype=dtype)
-        k, v = (torch.randn(b, hkv, s, d, device=dev, dtype=dtype) for _ in range(2))
+    shapes = ((torch.float32, ROWS, 9, 3, 1, 255, 64, False), (torch.bfloat16, 1, 32, 8, 1024, 1024, 128, False),
+              (torch.float32, 32, 9, 3, 384, 384, 64, True))
+    for dtype, b, hq, hkv, t, s, d, train in shapes:
+        q = torch.randn(b, hq, t, d, device=dev, dtype=dtype, requires_grad=train)
+        k, v = (torch.randn(b, hkv, s, d, device=dev, dtype=dtype, requires_grad=train) for _ in range(2))
         pos = (s - t + torch.arange(t, device=dev)).expand(b, t)
         mask = torch.arange(s, device=dev)[None, None, None, :] <= pos[:, None, :, None]  # [B, 1, T, S]
         ref = SDPA(q, k, v, attn_mask=mask, scale=d**-0.5, enable_gqa=True)
@@ -114,12 +117,15 @@ def main() -> None:
                 a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 a.record()
                 o = fn(q, k, v, attn_mask=mask, scale=d**-0.5, enable_gqa=True)
+                if train:
+                    o.sum().backward()
                 z.record()
                 torch.cuda.synchronize()
                 ms.append(a.elapsed_time(z))
             err = (o.float() - ref.float()).abs().max().item()
             line.append(f"{name} {1e3 * sorted(ms[5:])[10]:.0f} us (max |diff| {err:.1e})")
-        print(f"attention {str(dtype)[6:]} q {list(q.shape)} kv {list(k.shape)}: " + ", ".join(line), flush=True)
+        print(f"attention {str(dtype)[6:]} q {list(q.shape)} kv {list(k.shape)}{' forward + backward' if train else ''}: "
+              + ", ".join(line), flush=True)
 
 
 if __name__ == "__main__":
