@@ -59,6 +59,7 @@ wait $(jobs -p | grep -vx "$sampler")
 kill "$sampler" 2>/dev/null
 {
   echo "# GPU suite at ${SUITE_COMMIT:-$(git rev-parse --short HEAD)}, $(date -u), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+  echo "# code: $(bash experiments/gpu/code_sum.sh) (experiments/gpu/code_sum.sh <commit> gives a commit's)"
   [ -z "${SUITE_PARTS:-}" ] || echo "# PARTIAL: only the processes $names"
   echo "# peak GPU memory in use: $(cat "$logs/peak" 2>/dev/null || echo '?') MiB of ${mib} MiB"
   python3 -c "import torch, triton, transformers; print('# torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
