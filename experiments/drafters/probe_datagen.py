@@ -14,20 +14,27 @@ import time
 import torch
 
 from specbench.models.decoder import DecoderRunner
-from specbench.models.loading import load_model, resolve_spec
+from specbench.models.loading import LoadedModel, load_model, resolve_spec
 from specbench.train.data import generate_distillation
 
 PROMPTS, NEW = 768, 64
 
 
-def main() -> None:
+def setup(count: int) -> tuple[torch.device, LoadedModel, DecoderRunner, list[list[int]]]:
+    """The data probes' target (SmolLM2-135M's architecture, random weights, fp32, our decoder's torch path, on CUDA)
+    and `count` prompts of 64-191 random tokens, sorted by length as the shards are (probe_datagen_ops.py too)."""
     dev = torch.device("cuda")
     target = load_model(resolve_spec({"name": "smollm2-135m-random"}, "target"), dev, torch.float32)
     runner = DecoderRunner(target.model, use_kernels=False)
     g = torch.Generator().manual_seed(0)
-    lengths = torch.randint(64, 192, (PROMPTS,), generator=g).sort().values.tolist()  # sorted, as the shards are
+    lengths = torch.randint(64, 192, (count,), generator=g).sort().values.tolist()
     prompts = [torch.randint(300, 40000, (n,), generator=g).tolist() for n in lengths]
     print(torch.cuda.get_device_name(dev), torch.__version__, flush=True)
+    return dev, target, runner, prompts
+
+
+def main() -> None:
+    dev, target, runner, prompts = setup(PROMPTS)
     generate_distillation(target, runner, prompts[:64], max_new_tokens=8, samples=2, temperature=0.7, batch_size=64,
                           layers=(), eos_ids=set(), seed=0, progress=False)  # warm-up
     for bsz in (384, 768):

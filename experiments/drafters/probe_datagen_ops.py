@@ -31,8 +31,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import specbench.models.decoder as decoder
-from specbench.models.decoder import DecoderRunner
-from specbench.models.loading import load_model, resolve_spec
+from probe_datagen import setup
 from specbench.train.data import generate_distillation
 
 ROWS, NEW = 384, 8
@@ -72,13 +71,7 @@ def way(name: str):
 
 
 def main() -> None:
-    dev = torch.device("cuda")
-    target = load_model(resolve_spec({"name": "smollm2-135m-random"}, "target"), dev, torch.float32)
-    runner = DecoderRunner(target.model, use_kernels=False)
-    g = torch.Generator().manual_seed(0)
-    lengths = torch.randint(64, 192, (ROWS,), generator=g).sort().values.tolist()
-    prompts = [torch.randint(300, 40000, (n,), generator=g).tolist() for n in lengths]
-    print(torch.cuda.get_device_name(dev), torch.__version__, flush=True)
+    dev, target, runner, prompts = setup(ROWS)  # probe_datagen.py's target and prompts
 
     def run(new: int):
         torch.cuda.synchronize()
