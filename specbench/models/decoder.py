@@ -96,6 +96,28 @@ PACKED_FORM = True
 ONEDNN_FP32_PACK_ROWS = 8  # the packing hint (the layout oneDNN chooses for that many rows); any row count runs on it
 
 
+def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float,
+                     fold: bool | None = None) -> torch.Tensor:
+    """SDPA of q [B, Hq, T, D] over k, v [B, Hkv, S, D] (query head h reads key/value head h // G, G = Hq / Hkv)
+    under a boolean mask [B, 1, T, S] -> [B, Hq, T, D].
+
+    `fold` (on CUDA unless given): run it as Hkv heads of G * T queries, each head's group of queries folded into
+    the query axis. SDPA's enable_gqa with a mask is taken by no fused CUDA backend, and its math backend copies the
+    keys and values out to every query head, each layer and step; folded, the memory-efficient kernel reads each
+    key/value head once. The CPU's own kernel takes the groups as they are (and gives the same bits with
+    enable_gqa on or off when the head counts are equal)."""
+    bsz, hq, t, d = q.shape
+    hkv = k.shape[1]
+    if fold is None:
+        fold = q.device.type == "cuda"
+    if not fold or hq == hkv:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=hq != hkv)
+    g = hq // hkv
+    grouped = mask.expand(bsz, 1, t, mask.shape[-1]).repeat(1, 1, g, 1)  # [B, 1, G*T, S]: query (j, t) is t's
+    return F.scaled_dot_product_attention(q.reshape(bsz, hkv, g * t, d), k, v, attn_mask=grouped,
+                                          scale=scale).view(bsz, hq, t, d)
+
+
 def _transposed(x: torch.Tensor, weight: torch.Tensor, rows: int | None = None) -> torch.Tensor:
     """x [..., K] @ weight.T as `weight @ x.T` over row-major x, computed on `rows` rows (x's own, or more: zero rows
     appended, their results dropped), returned row-major."""
@@ -830,8 +852,7 @@ class DecoderRunner(nn.Module):
             if invariant:
                 o = self._attend_per_query(q, k, v, kc, vc, plan, [[(kv[i], vv[i]) for kv, vv in row] for row in views])
             else:
-                o = F.scaled_dot_product_attention(q, kc[:, :, :s], vc[:, :, :s], attn_mask=mask, scale=self.scaling,
-                                                   enable_gqa=True)
+                o = masked_attention(q, kc[:, :, :s], vc[:, :, :s], mask, self.scaling)
             x = x + self._reduce(lin(o.transpose(1, 2).reshape(bsz, t, -1), w["o_w"], w["o_b"]))
             mlp = layer.mlp
             h = rmsnorm_ref(x, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
@@ -940,8 +961,8 @@ class DecoderRunner(nn.Module):
                 o = K.decode_attention(q.view(bsz, t, hq, d), kc, vc, positions.contiguous(), self.scaling,
                                        invariant=invariant, path=path)
             else:
-                o = F.scaled_dot_product_attention(q.view(bsz, t, hq, d).transpose(1, 2), kc[:bsz, :, :s], vc[:bsz, :, :s],
-                                                   attn_mask=mask, scale=self.scaling, enable_gqa=True).transpose(1, 2)
+                o = masked_attention(q.view(bsz, t, hq, d).transpose(1, 2), kc[:bsz, :, :s], vc[:bsz, :, :s], mask,
+                                     self.scaling).transpose(1, 2)
             # may be fp32 split-K partials [S, N, H]: add_rmsnorm sums them
             a = lin(o.reshape(n, hq * d), w["o_w"], w["o_b"], may_split=True)
             if self.tp is not None:  # the ranks' partial sums: this rank's split-K partials first, then all ranks

@@ -43,7 +43,7 @@ from torch import nn
 
 from specbench.errors import ConfigError
 from specbench.kernels.decode_ref import tree_slot_mask
-from specbench.models.decoder import fuse_linears, linear, pack_linears
+from specbench.models.decoder import fuse_linears, linear, masked_attention, pack_linears
 from specbench.strategies import formats
 from specbench.strategies.base import BuildContext, DraftOutput, Proposer
 from specbench.strategies.checkpoints import (AUTO, RANDOM, HeadCheckpoint, checkpoint_files, load_head,
@@ -295,7 +295,7 @@ class EagleHead(nn.Module):
                 keys = torch.cat([e[0] for e in extra_kv] + [k], dim=2)
                 values = torch.cat([e[1] for e in extra_kv] + [v], dim=2)
                 mask = torch.cat([e[2] for e in extra_kv] + [mask], dim=3)
-        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=d**-0.5, enable_gqa=nh != nkv)
+        o = masked_attention(q, keys, values, mask, d**-0.5)
         x = x + self.o_proj(o.transpose(1, 2).reshape(bsz, t, nh * d))
         h = self.post_attention_layernorm(x)
         if fused is not None:

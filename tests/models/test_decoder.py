@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specbench.models.decoder import DecoderRunner
+from specbench.models.decoder import DecoderRunner, masked_attention
 from specbench.models.loading import load_model, resolve_spec
 
 
@@ -54,6 +54,32 @@ def _check_runner_against_hf(hf, runner: DecoderRunner, vocab: int, lens=(5, 9, 
 def test_decoder_matches_transformers(arch):
     m = tiny(arch)
     _check_runner_against_hf(m.model, DecoderRunner(m.model), m.model.config.vocab_size)
+
+
+@pytest.mark.parametrize("hq", [6, 9, 3])
+def test_folded_grouped_attention_equals_sdpa_gqa(hq):
+    """masked_attention's fold (CUDA's form: each key/value head's group of queries on the query axis) against SDPA's
+    enable_gqa, with a different causal mask per row and query, so a group tiled in the wrong order reads the wrong
+    mask and fails."""
+    g = torch.Generator().manual_seed(0)
+    bsz, hkv, t, s, d = 2, 3, 5, 11, 8
+    q = torch.randn(bsz, hq, t, d, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(bsz, hkv, s, d, generator=g, dtype=torch.float64) for _ in range(2))
+    positions = torch.tensor([[2, 3, 4, 5, 6], [6, 7, 8, 9, 10]])
+    mask = torch.arange(s)[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3, enable_gqa=hq != hkv)
+    for fold in (True, False):
+        got = masked_attention(q, k, v, mask, 0.3, fold=fold)
+        assert got.shape == (bsz, hq, t, d)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    # the drafters train through it (eagle.py): the folded form's gradients are SDPA's too
+    grads = []
+    for fold in (True, False):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        (masked_attention(*leaves, mask, 0.3, fold=fold) * torch.arange(d, dtype=torch.float64)).sum().backward()
+        grads.append([x.grad for x in leaves])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
 def test_fused_weights_are_views_and_shared():
