@@ -4,15 +4,15 @@ H200: datagen-run1/), where SmolLM2-135M's arithmetic at 384 rows is ~0.1 TFLOP 
 fp32, our decoder's torch path, 64-191-token prompts), 384 prompts, greedy. Each way is timed at 8 and 32 new tokens
 (the difference is 24 decode steps), and its tokens are compared with the first way's:
 
-- as is;
-- tf32: float32 products on the tensor cores (torch.backends.cuda.matmul.allow_tf32);
-- fold: the grouped-query attention as plain multi-head attention over the key/value heads, each head's group of
-  queries folded into the query axis (no copy of the cache; SDPA's enable_gqa may take the math path in fp32,
-  which copies the keys and values out to every query head);
+- enable_gqa: SDPA's grouped call under a mask, as the library made it until masked_attention folded it on CUDA
+  in float32 (SDPA takes its math path there, which copies the keys and values out to every query head);
+- tf32: the same, with float32 products on the tensor cores (torch.backends.cuda.matmul.allow_tf32);
+- fold: the library's masked_attention (the grouped-query attention as plain multi-head attention over the
+  key/value heads, each head's group of queries folded into the query axis, no copy of the cache);
 - expand: the keys and values copied out to the query heads by hand, then SDPA without enable_gqa.
 
-The ways other than "as is" patch the probe's own process only (the module's SDPA or a torch flag), not the library.
-Then torch.profiler's CUDA kernels by total time for "as is", and the attention alone in each form (CUDA events,
+Each way patches the probe's own process only (decoder.masked_attention or a torch flag), not the library.
+Then torch.profiler's CUDA kernels by total time for "enable_gqa", and the attention alone in each form (CUDA events,
 median of 20) at the datagen's decode shape (fp32, 384 rows, 9 query / 3 key-value heads, 1 query, 255 slots) and at an
 8B target's prefill (bf16, 1 row, 32 / 8 heads of 128, 1024 queries over 1024 slots), as the bf16 path's prefill calls
 SDPA with a causal mask and enable_gqa too, and, forward and backward, at an EAGLE head's training batch (fp32, 32
@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import specbench.models.decoder as decoder
+from specbench.models.decoder import masked_attention
 from probe_datagen import setup
 from specbench.train.data import generate_distillation
 
@@ -39,15 +40,8 @@ SDPA = F.scaled_dot_product_attention
 
 
 def fold(q, k, v, attn_mask=None, scale=None, enable_gqa=False):
-    """q [B, Hq, T, D] over k, v [B, Hkv, S, D], query head h reading key head h // G, as Hkv heads of G * T queries."""
-    b, hq, t, d = q.shape
-    hkv = k.shape[1]
-    if not enable_gqa or hq == hkv:
-        return SDPA(q, k, v, attn_mask=attn_mask, scale=scale, enable_gqa=enable_gqa)
-    g = hq // hkv
-    mask = None if attn_mask is None else attn_mask.expand(b, 1, t, -1).repeat(1, 1, g, 1)  # [B, 1, G*T, S]
-    o = SDPA(q.reshape(b, hkv, g * t, d), k, v, attn_mask=mask, scale=scale)
-    return o.view(b, hq, t, d)
+    """The library's own: q [B, Hq, T, D] over k, v [B, Hkv, S, D] as Hkv heads of G * T queries."""
+    return masked_attention(q, k, v, attn_mask, scale, fold=True)
 
 
 def expand(q, k, v, attn_mask=None, scale=None, enable_gqa=False):
@@ -57,17 +51,23 @@ def expand(q, k, v, attn_mask=None, scale=None, enable_gqa=False):
     return SDPA(q, k, v, attn_mask=attn_mask, scale=scale)
 
 
+WAYS = {  # what the decoder's torch path calls for its attention, by way
+    "enable_gqa": lambda q, k, v, mask, scale: masked_attention(q, k, v, mask, scale, fold=False),
+    "tf32": lambda q, k, v, mask, scale: masked_attention(q, k, v, mask, scale, fold=False),
+    "fold": fold,
+    "expand": lambda q, k, v, mask, scale: expand(q, k, v, mask, scale, enable_gqa=True),
+}
+
+
 @contextmanager
 def way(name: str):
-    if name == "tf32":
-        torch.backends.cuda.matmul.allow_tf32 = True
-    elif name in ("fold", "expand"):
-        decoder.F.scaled_dot_product_attention = fold if name == "fold" else expand
+    torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+    decoder.masked_attention = WAYS[name]
     try:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32 = False
-        decoder.F.scaled_dot_product_attention = SDPA
+        decoder.masked_attention = masked_attention
 
 
 def main() -> None:
@@ -82,7 +82,7 @@ def main() -> None:
         return time.perf_counter() - t0, data.tokens
 
     first = None
-    for name in ("as is", "tf32", "fold", "expand", "as is"):
+    for name in ("enable_gqa", "tf32", "fold", "expand", "enable_gqa"):
         with way(name):
             run(NEW)  # warm-up
             (t_short, _), (t_long, tokens) = run(NEW), run(4 * NEW)
@@ -92,7 +92,7 @@ def main() -> None:
         print(f"{name}: {ROWS} rows, {NEW} new tokens {t_short:.2f} s, {4 * NEW} new tokens {t_long:.2f} s: "
               f"{1e3 * step:.1f} ms a decode step, prefill + setup {t_short - NEW * step:.2f} s; "
               f"{same}/{len(tokens)} sequences identical to the first way's", flush=True)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with way("enable_gqa"), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         run(NEW)
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60), flush=True)
     shapes = ((torch.float32, ROWS, 9, 3, 1, 255, 64, False), (torch.bfloat16, 1, 32, 8, 1024, 1024, 128, False),

@@ -101,21 +101,24 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     """SDPA of q [B, Hq, T, D] over k, v [B, Hkv, S, D] (query head h reads key/value head h // G, G = Hq / Hkv)
     under a boolean mask [B, 1, T, S] -> [B, Hq, T, D].
 
-    `fold` (on CUDA unless given): run it as Hkv heads of G * T queries, each head's group of queries folded into
-    the query axis. SDPA's enable_gqa with a mask is taken by no fused CUDA backend, and its math backend copies the
-    keys and values out to every query head, each layer and step; folded, the memory-efficient kernel reads each
-    key/value head once. The CPU's own kernel takes the groups as they are (and gives the same bits with
-    enable_gqa on or off when the head counts are equal)."""
+    `fold` (on CUDA in float32 unless given): run it as Hkv heads of G * T queries, each head's group of queries
+    folded into the query axis. In float32 SDPA's enable_gqa with a mask is taken by no fused CUDA backend, and its
+    math backend copies the keys and values out to every query head, each layer and step; folded, the
+    memory-efficient kernel reads each key/value head once (an H100, torch 2.11: 292 against 867 us at the
+    distillation data's decode shape, and its whole step 17 against 30 ms). In bfloat16 a fused kernel takes the
+    grouped call, and folding is slower (an 8B prefill of 1024 tokens: 155 against 116 us), so it is left as it is
+    (experiments/drafters/datagen-run2/). The CPU's own kernel takes the groups as they are (and gives the same bits
+    with enable_gqa on or off when the head counts are equal)."""
     bsz, hq, t, d = q.shape
     hkv = k.shape[1]
     if fold is None:
-        fold = q.device.type == "cuda"
+        fold = q.device.type == "cuda" and q.dtype == torch.float32
     if not fold or hq == hkv:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=hq != hkv)
     g = hq // hkv
     grouped = mask.expand(bsz, 1, t, mask.shape[-1]).repeat(1, 1, g, 1)  # [B, 1, G*T, S]: query (j, t) is t's
     return F.scaled_dot_product_attention(q.reshape(bsz, hkv, g * t, d), k, v, attn_mask=grouped,
-                                          scale=scale).view(bsz, hq, t, d)
+                                          scale=scale).reshape(bsz, hq, t, d)  # CUDA's may be [B, G*T, Hkv, D]
 
 
 def _transposed(x: torch.Tensor, weight: torch.Tensor, rows: int | None = None) -> torch.Tensor:

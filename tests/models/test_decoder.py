@@ -82,6 +82,25 @@ def test_folded_grouped_attention_equals_sdpa_gqa(hq):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", [1, 5])
+def test_masked_attention_on_cuda_equals_enable_gqa(t):
+    """On CUDA in float32 masked_attention folds by default (another kernel than SDPA's enable_gqa, whose output may
+    come back laid out [B, G*T, Hkv, D]); queries laid out as the decoder's are ([B, T, Hq, D] transposed)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    bsz, hq, hkv, s, d = 3, 9, 3, 13, 64
+    q = torch.randn(bsz, t, hq, d, generator=g, device="cuda").transpose(1, 2)
+    k, v = (torch.randn(bsz, hkv, s, d, generator=g, device="cuda") for _ in range(2))
+    positions = torch.arange(t, device="cuda")[None, :] + torch.tensor([[4], [7], [8]], device="cuda")
+    mask = torch.arange(s, device="cuda")[None, None, None, :] <= positions[:, None, :, None]
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.125, enable_gqa=True)
+    got = masked_attention(q, k, v, mask, 0.125)
+    assert got.shape == (bsz, hq, t, d)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_fused_weights_are_views_and_shared():
     m = tiny("tiny-qwen3")
     r1 = DecoderRunner(m.model)
