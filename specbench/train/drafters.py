@@ -220,7 +220,8 @@ class EagleTrainer(Trainer):
 
     def __init__(self, target: LoadedModel, target_label: str, data_layers: tuple[int, ...], name: str = "eagle",
                  fuse_layers: list[int] | None = None, unroll: int = 2, w_feature: float = 1.0, w_token: float = 0.5,
-                 feature_noise: float = 0.0, draft_vocab: int | None = None, soft_labels: bool = True) -> None:
+                 feature_noise: float = 0.0, draft_vocab: int | None = None, soft_labels: bool = True,
+                 intermediate_size: int | None = None) -> None:
         super().__init__(target, target_label, data_layers)
         if not isinstance(soft_labels, bool):
             raise ConfigError(f"strategy.soft_labels={soft_labels!r}; allowed: true (the target's distribution) or "
@@ -234,6 +235,11 @@ class EagleTrainer(Trainer):
         cfg = EagleConfig.for_target(target.model.config, fuse_layers, target_label)
         _raise_if_bad_draft_vocab(draft_vocab, cfg.vocab_size)
         cfg.draft_vocab_size = draft_vocab
+        if intermediate_size is not None:  # the head's MLP width (saved in its config.json; the strategy reads it)
+            if isinstance(intermediate_size, bool) or not isinstance(intermediate_size, int) or intermediate_size < 1:
+                raise ConfigError(f"strategy.intermediate_size={intermediate_size!r}; allowed: null (the target's, "
+                                  f"{cfg.intermediate_size}) or an integer >= 1: the width of the head's MLP")
+            cfg.intermediate_size = intermediate_size
         self.module = EagleHead(cfg, target.model)
         self.vocab: DraftVocab | None = None  # chosen in prepare(), once the data exists
         self.unroll, self.w_feature, self.w_token, self.noise = unroll, w_feature, w_token, feature_noise

@@ -283,6 +283,33 @@ def test_a_draft_vocab_of_the_whole_vocabulary_loads_back(tmp_path, prompts_file
     assert [r.output_ids for r in rows] == hf_greedy(target.model, prompts, 6)
 
 
+def test_a_wider_head_mlp_trains_saves_its_width_and_decodes_losslessly(tmp_path, prompts_file):
+    """strategy.intermediate_size: the head's MLP width, another than the target's, in config.json and the weights;
+    the CLI's strategy=eagle builds the head from it, and T=0 output equals target-only decoding."""
+    target = tiny("tiny-llama")
+    width = target.model.config.intermediate_size * 2 + 3
+    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.intermediate_size={width}",
+                      "strategy.unroll=2", "train.steps=2"))
+    assert json.loads((ckpt / "config.json").read_text())["intermediate_size"] == width
+    weights = load_file(str(ckpt / "model.safetensors"))
+    assert weights["gate_proj.weight"].shape == (width, H)
+    assert weights["down_proj.weight"].shape == (H, width)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        run_cfg = compose("config", overrides=[
+            "target=tiny-llama", "strategy=eagle", f"strategy.checkpoint={ckpt}", "strategy.k=3", "dataset=builtin",
+            "dataset.num_prompts=3", "max_new_tokens=8", "logger=none", "engine.warmup=false",
+            f"+output_dir={tmp_path / 'job'}"])
+    result = run(run_cfg).results
+    assert result["exact_match"]["all_equal"] and result["strategy"]["acceptance_length"] >= 1
+
+
+@pytest.mark.parametrize("size", ["0", "-3", "2.5", "ten", "true"])
+def test_a_bad_head_mlp_width_is_a_config_error_before_any_data_is_made(tmp_path, prompts_file, size):
+    with pytest.raises(ConfigError, match=r"strategy.intermediate_size=.*allowed: null .* integer >= 1"):
+        train(_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.intermediate_size={size}"))
+    assert not (tmp_path / "data").exists()
+
+
 @pytest.mark.parametrize("size", ["0", "-3", "102", "2.5", "ten", "true"])
 def test_a_bad_draft_vocab_is_a_config_error_before_any_data_is_made(tmp_path, prompts_file, size):
     with pytest.raises(ConfigError, match=r"strategy.draft_vocab=.*allowed: null .* integer 1\.\.101"):
