@@ -16,6 +16,7 @@
 #   bash experiments/drafters/pipeline.sh magpie-more  # two more magpie sets (seeds 2 and 3, the second steered)
 #   bash experiments/drafters/pipeline.sh wide-data  # evals-data's set plus those two sets (calls 1, 2)
 #   bash experiments/drafters/pipeline.sh wide    # (call 3) soft's recipe on that set, then the new head's AL
+#   bash experiments/drafters/pipeline.sh mlp     # (call 3 instead) wide's recipe with a wider MLP (MLP_WIDTH, MLP_VOCAB)
 # The EAGLE heads before the soft stage were trained on the target's top-1 (strategy.soft_labels=false, the
 # default until 2026-12-03): their stages say so, so they still make the same heads.
 # Every stage has a time budget, so a command ends inside its limit; what a budget cut is printed with the
@@ -31,7 +32,7 @@
 # Spec-Bench's question.jsonl. device_tree.sh's header lists the calls of the arena run. (Until 2026-12-05 the GGUF
 # went in three parts of 33 MB with only the checkpoints' weights moved out; the stage joins either.)
 set -euo pipefail
-stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long|arena-data|arena|magpie-more|wide-data|wide}
+stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long|arena-data|arena|magpie-more|wide-data|wide|mlp}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
 G=$PWD/.cache/gpu
 RUN=$G/run
@@ -130,7 +131,8 @@ if [ "$stage" = eagle3 ]; then
 fi
 
 if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ] \
-    || [ "$stage" = arena-data ] || [ "$stage" = arena ] || [ "$stage" = wide-data ] || [ "$stage" = wide ]; then
+    || [ "$stage" = arena-data ] || [ "$stage" = arena ] || [ "$stage" = wide-data ] || [ "$stage" = wide ] \
+    || [ "$stage" = mlp ]; then
   # (issue 13 item 3) the shipped head's recipe (vocab: 2 responses per prompt, draft vocabulary 8192, 3-step
   # training-time test) on its prompts plus 10,635 human-written requests from OpenAI's evals registry
   # (prompts/openai_evals.jsonl.gz, `python -m specbench.train.prompts --magpie 0 --code 0 --evals -1`). The set is
@@ -155,7 +157,7 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
   more=""; cache=distill4
   case $stage in
     arena-data|arena) for _ in $(seq "${ARENA_X:-4}"); do more="$more,$P/arena_hard.jsonl.gz"; done; cache=distill5 ;;
-    wide-data|wide) more=",$P/magpie_seed2_smollm2-135m.jsonl.gz,$P/magpie_seed3_smollm2-135m.jsonl.gz"; cache=distill6 ;;
+    wide-data|wide|mlp) more=",$P/magpie_seed2_smollm2-135m.jsonl.gz,$P/magpie_seed3_smollm2-135m.jsonl.gz"; cache=distill6 ;;
   esac
   EV="strategy=eagle strategy.unroll=3 strategy.soft_labels=false strategy.draft_vocab=8192 train.batch_size=$TB train.lr=6e-4 train.warmup=100
       $COMMON data.max_new_tokens=128 data.samples=2 data.temperature=0.7 data.cache_dir=$RUN/$cache
@@ -163,7 +165,8 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
   if [ "$stage" = evals-data ] || [ "$stage" = arena-data ] || [ "$stage" = wide-data ]; then
     py -m specbench.train $EV train.steps=$((STEPS * 10 / 3)) train.stop_after=1 \
         data.time_budget_s=${DATA_BUDGET_S:-$((DEADLINE - SECONDS - 45))} output_dir=$RUN/$stage | grep -E "^distillation" | tail -4
-  elif [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ] || [ "$stage" = arena ] || [ "$stage" = wide ]; then
+  elif [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ] || [ "$stage" = arena ] || [ "$stage" = wide ] \
+      || [ "$stage" = mlp ]; then
     # 2026-12-03 (twelfth session): the shipped head's exact recipe (evals: this set, 6000 steps, seed 0) with one
     # change, strategy.soft_labels=true: the token loss is a cross-entropy to the target's distribution over the draft
     # vocabulary (its LM head over the cached final-norm feature), as EAGLE and EAGLE-3 train, not to its top-1. Then
@@ -182,9 +185,18 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
     # arena: soft's recipe (the shipped head's), the data its only change
     [ "$stage" = arena ] && runs="arena:"
     [ "$stage" = wide ] && runs="wide:"  # the same: the data its only change
+    # mlp (thirty-fourth session, 2026-12-06): wide's recipe and data (the shipped head's) with a wider MLP, the
+    # capacity question the tenth run left (its training and validation agreement were close). The shipped head's
+    # 8.93 M parameters take 17.9 MB in fp16, 4.72 M of them its draft vocabulary's LM head; with the target's LM head
+    # shared (MLP_VOCAB=null: 8.4 MB before, AL within 0.01 of 8192's in the second run) an MLP of 4608 (3x) takes
+    # 19.0 MB, under the 20 MB a committed checkpoint may. MLP_VOCAB=8192 MLP_WIDTH=3072 (23.2 MB) asks the same
+    # question at the shipped vocabulary
+    [ "$stage" = mlp ] && runs="mlp${MLP_WIDTH:-4608}-v${MLP_VOCAB:-null}:strategy.intermediate_size=${MLP_WIDTH:-4608}"
+    [ "$stage" = mlp ] && runs="$runs;strategy.draft_vocab=${MLP_VOCAB:-null}"  # ';' parts one run's overrides
     for v in $runs; do
       name=${v%%:*}
-      py -m specbench.train $EV strategy.soft_labels=true ${v#*:} train.steps=${EVALS_STEPS:-$((STEPS * 5))} \
+      o=${v#*:}
+      py -m specbench.train $EV strategy.soft_labels=true ${o//;/ } train.steps=${EVALS_STEPS:-$((STEPS * 5))} \
           train.time_budget_s=${TRAIN_BUDGET_S:-360} data.time_budget_s=0 output_dir=$RUN/$name \
           | tee "$RUN/$name.log" | grep -v "train eagle:" | tail -8
       tar czf "$RUN/$name.tgz" -C "$RUN" $name.log $name/checkpoint $name/metrics.jsonl
