@@ -191,8 +191,8 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
     # shared (MLP_VOCAB=null: 8.4 MB before, AL within 0.01 of 8192's in the second run) an MLP of 4608 (3x) takes
     # 19.0 MB, under the 20 MB a committed checkpoint may. MLP_VOCAB=8192 MLP_WIDTH=3072 (23.2 MB) asks the same
     # question at the shipped vocabulary
-    [ "$stage" = mlp ] && runs="mlp${MLP_WIDTH:-4608}-v${MLP_VOCAB:-null}:strategy.intermediate_size=${MLP_WIDTH:-4608}"
-    [ "$stage" = mlp ] && runs="$runs;strategy.draft_vocab=${MLP_VOCAB:-null}"  # ';' parts one run's overrides
+    w=${MLP_WIDTH:-4608} n=${MLP_VOCAB:-null}  # ';' parts one run's overrides
+    [ "$stage" = mlp ] && runs="mlp$w-v$n:strategy.intermediate_size=$w;strategy.draft_vocab=$n"
     for v in $runs; do
       name=${v%%:*}
       o=${v#*:}

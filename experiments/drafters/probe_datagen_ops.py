@@ -51,9 +51,14 @@ def expand(q, k, v, attn_mask=None, scale=None, enable_gqa=False):
     return SDPA(q, k, v, attn_mask=attn_mask, scale=scale)
 
 
+def grouped(q, k, v, mask, scale):
+    """SDPA's grouped call (enable_gqa) under the mask, not folded."""
+    return masked_attention(q, k, v, mask, scale, fold=False)
+
+
 WAYS = {  # what the decoder's torch path calls for its attention, by way
-    "enable_gqa": lambda q, k, v, mask, scale: masked_attention(q, k, v, mask, scale, fold=False),
-    "tf32": lambda q, k, v, mask, scale: masked_attention(q, k, v, mask, scale, fold=False),
+    "enable_gqa": grouped,
+    "tf32": grouped,  # with TF32 products (way() sets the flag)
     "fold": fold,
     "expand": lambda q, k, v, mask, scale: expand(q, k, v, mask, scale, enable_gqa=True),
 }
