@@ -36,8 +36,9 @@ def smollm2() -> LoadedModel:
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: without it installed (the GPU machine), not called
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one worker per core, at most 8 (each worker holds its own copies of the models it loads)."""
-    return max(1, min(8, os.cpu_count() or 1))
+    """`-n auto`: one worker per core, at most 8 (each worker holds its own copies of the models it loads); none (the
+    tests in this process) where there is a GPU, whose tests would otherwise share the card's memory at once."""
+    return 0 if torch.cuda.is_available() else max(1, min(8, os.cpu_count() or 1))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
