@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specbench.kernels import cpu_rows
 from specbench.kernels.decode_ref import add_rmsnorm_ref, qkv_rope_cache_ref, rmsnorm_ref, tree_paths, tree_slot_mask
 from specbench.models.tensor_parallel import TPGroup, biases_summed_once, shard_weights
 
@@ -78,9 +79,9 @@ AUTO_ROWS = (1, 8)  # the row counts "auto" decides one by one
 # (experiments/cpu/forward_widths.py, amd-run11/forward_widths.txt)
 AUTO_BUCKETS = (16, 32, 64)
 # (N, K, dtype, rows, float16 copy or not) -> (form, rows computed): "linear" (F.linear), "transposed" (`weight @ x.T`),
-# "half" (F.linear on the float16 copy) or "packed" (oneDNN's float32 product on a copy of the weight in its packed
-# layout, `_onednn_copy`), on the rows padded with zero rows to `rows computed` (rows itself, or one more for an odd
-# count)
+# "half" (F.linear on the float16 copy), "packed" (oneDNN's float32 product on a copy of the weight in its packed
+# layout, `_onednn_copy`) or "rows" (kernels/cpu_rows.py on its packed copy), on the rows padded with zero rows to
+# `rows computed` (rows itself, or one more for an odd count)
 _CPU_FORMS: dict[tuple[int, int, torch.dtype, int, bool], tuple[str, int]] = {}
 # "auto" times each form on copies of the weight this many bytes in all (at most 256 copies), more than a CPU's
 # last-level cache holds, so the weights stream from memory as a forward's do (a warm weight can rank them otherwise:
@@ -94,6 +95,17 @@ TIMING_BYTES = 64 << 20
 # much memory again) only when that form wins for one of its row counts.
 PACKED_FORM = True
 ONEDNN_FP32_PACK_ROWS = 8  # the packing hint (the layout oneDNN chooses for that many rows); any row count runs on it
+# "auto" also times our own float32 product ("rows", kernels/cpu_rows.py: it streams a packed copy of the weight once
+# for every row and sums each output in one order whatever the row count) where it builds here, and for 2 rows or
+# more takes it unless another form is faster by more than ROWS_MARGIN. The margin is there because the timing above
+# can run from a large last-level cache (TIMING_BYTES of copies), which hides what the library forms pay in memory
+# traffic from 3 rows on, where they re-pack the weight at every call. On the Intel Xeon with AVX512-BF16 and no AMX
+# of experiments/cpu/intel-noamx-run2/ (260 MB of L3) that timing still took F.linear for some shapes at 4 and 6
+# rows with a margin of 1.15; with 1.5 it took "rows" from 2 rows on, and SmolLM2-135M's whole forwards of 4 / 6 / 8
+# tokens took 1.15 / 1.25 / 1.32 times a 1-token forward, against 1.48 / 1.69 / 1.65 with the forms chosen without
+# "rows" (1 token: 41.4 and 41.0 ms; forward_rows.txt). The margin is calibrated on that one machine.
+ROWS_FORM = True
+ROWS_MARGIN = 1.5
 
 
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float,
@@ -135,9 +147,10 @@ def _transposed(x: torch.Tensor, weight: torch.Tensor, rows: int | None = None) 
 
 def _cpu_form(weight: torch.Tensor, rows: int, half: torch.Tensor | None = None) -> tuple[str, int]:
     """The fastest of F.linear, `weight @ x.T` and (odd rows) `weight @ x.T` on one zero row more, for `rows` rows of
-    this weight's shape, oneDNN's product on a packed copy (float32, where `_onednn_fp32`), and with `half` (a
-    drafter's float16 copy of the weight, `CpuLinear`) F.linear on that copy ("half"): timed once per (shape, dtype,
-    rows, half or not) in this process (`_time_forms`). The forms round
+    this weight's shape, oneDNN's product on a packed copy (float32, where `_onednn_fp32`), our own ("rows", float32
+    where it builds; from 2 rows on preferred within ROWS_MARGIN), and with `half` (a drafter's float16 copy of the
+    weight, `CpuLinear`) F.linear on that copy ("half"): timed once per (shape, dtype, rows, half or not) in this
+    process (`_time_forms`). The forms round
     differently (their float sums run in other orders); every later call in the process takes the chosen one, so a
     run's baseline and strategy compute alike."""
     key = _form_key(weight, rows, half)
@@ -184,17 +197,21 @@ def _time_forms(weight: torch.Tensor, row_counts: list[int], half: torch.Tensor 
     ws = weight.detach().expand(copies, *weight.shape).contiguous() if copies > 1 else weight.detach()[None]
     hs = None if half is None else ws.to(half.dtype)
     ps = [_pack_onednn(w, ONEDNN_FP32_PACK_ROWS) for w in ws] if _onednn_fp32(weight) else None
+    rp = [cpu_rows.pack(w) for w in ws] if _rows_fp32(weight) else None
     for rows in row_counts:
         x = torch.randn((rows, weight.shape[1]), generator=torch.Generator().manual_seed(0)).to(weight.dtype)
         candidates = [("linear", rows), ("transposed", rows)] + ([("transposed", rows + 1)] if rows % 2 else [])
         candidates += [] if half is None else [("half", rows)]
         candidates += [] if ps is None else [("packed", rows)]
+        candidates += [("rows", rows)] if rp is not None else []
 
         def run(c: tuple[str, int]) -> None:
             if c[0] == "half":
                 [F.linear(x.to(h.dtype), h).to(x.dtype) for h in hs]
             elif c[0] == "packed":
                 [_packed_linear(x, p) for p in ps]
+            elif c[0] == "rows":
+                [cpu_rows.linear(x, p, weight.shape[0]) for p in rp]
             else:
                 [F.linear(x, w) if c[0] == "linear" else _transposed(x, w, c[1]) for w in ws]
 
@@ -205,7 +222,10 @@ def _time_forms(weight: torch.Tensor, row_counts: list[int], half: torch.Tensor 
                 run(c)
                 if rep:  # the first pass of each is untimed (allocation, MKL's first-use setup)
                     best[c] = min(best[c], time.perf_counter() - start)
-        _CPU_FORMS[_form_key(weight, rows, half)] = min(candidates, key=best.__getitem__)
+        chosen = min(candidates, key=best.__getitem__)
+        if rp is not None and rows > 1 and best[("rows", rows)] <= ROWS_MARGIN * best[chosen]:
+            chosen = ("rows", rows)
+        _CPU_FORMS[_form_key(weight, rows, half)] = chosen
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -226,6 +246,8 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
         return F.linear(x, weight, bias)
     if form == "packed":
         y = _packed_linear(x, _onednn_copy(weight))
+    elif form == "rows":
+        y = cpu_rows.linear(x, _copy(weight, "rows"), weight.shape[0])
     elif form == "half":
         y = F.linear(x.to(half.dtype), half).to(x.dtype)
     else:
@@ -247,21 +269,33 @@ def _onednn_fp32(weight: torch.Tensor) -> bool:
     return PACKED_FORM and weight.dtype == torch.float32 and weight.device.type == "cpu" and _onednn_packed_ops()
 
 
-# weight's id -> (a weak reference to it, its version when packed, its packed copy): made on the first product that
-# takes the "packed" form, dropped with the weight, made again after an in-place change to it
-_ONEDNN_COPIES: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
+def _rows_fp32(weight: torch.Tensor) -> bool:
+    """Whether "auto" may time the "rows" form (our own product, kernels/cpu_rows) for this weight: float32 on the
+    CPU, where the product built and loaded here (ROWS_FORM)."""
+    return ROWS_FORM and weight.dtype == torch.float32 and weight.device.type == "cpu" and cpu_rows.available()
+
+
+# (weight's id, which copy) -> (a weak reference to it, its version when copied, the copy): a packed copy made on the
+# first product that takes a form reading one ("packed": oneDNN's layout, "rows": cpu_rows'), dropped with the
+# weight, made again after an in-place change to it
+_COPIES: dict[tuple[int, str], tuple[weakref.ref, int, torch.Tensor]] = {}
+
+
+def _copy(weight: torch.Tensor, kind: str) -> torch.Tensor:
+    key, version = (id(weight), kind), _version(weight)
+    hit = _COPIES.get(key)
+    if hit is None or hit[0]() is not weight or hit[1] != version:
+        def drop(ref: weakref.ref) -> None:  # only this weight's entry: a later tensor may reuse the id
+            if _COPIES.get(key, (None,))[0] is ref:
+                del _COPIES[key]
+
+        made = _pack_onednn(weight, ONEDNN_FP32_PACK_ROWS) if kind == "packed" else cpu_rows.pack(weight)
+        hit = _COPIES[key] = (weakref.ref(weight, drop), version, made)
+    return hit[2]
 
 
 def _onednn_copy(weight: torch.Tensor) -> torch.Tensor:
-    key, version = id(weight), _version(weight)
-    hit = _ONEDNN_COPIES.get(key)
-    if hit is None or hit[0]() is not weight or hit[1] != version:
-        def drop(ref: weakref.ref) -> None:  # only this weight's entry: a later tensor may reuse the id
-            if _ONEDNN_COPIES.get(key, (None,))[0] is ref:
-                del _ONEDNN_COPIES[key]
-
-        hit = _ONEDNN_COPIES[key] = (weakref.ref(weight, drop), version, _pack_onednn(weight, ONEDNN_FP32_PACK_ROWS))
-    return hit[2]
+    return _copy(weight, "packed")
 
 
 def _version(t: torch.Tensor) -> int:
@@ -549,8 +583,11 @@ def time_cpu_forms(*objects: Any) -> int:
                 _time_forms(weight, todo, half)
             timed += len(todo)
         for weight, half in every:  # the copies the chosen forms read, made now rather than in the timed run
-            if any(_CPU_FORMS[_form_key(weight, rows, half)][0] == "packed" for rows in _every_timed_rows()):
+            chosen = [_CPU_FORMS[_form_key(weight, rows, half)] for rows in _every_timed_rows()]
+            if any(form == "packed" for form, _ in chosen):
                 _onednn_copy(weight)
+            if any(form == "rows" for form, _ in chosen):
+                _copy(weight, "rows")
     return timed
 
 

@@ -178,6 +178,7 @@ def test_auto_linear_takes_the_form_a_first_timing_finds_faster(monkeypatch, slo
     monkeypatch.setattr(dec, "_CPU_FORMS", {})
     monkeypatch.setattr(dec, "TIMING_BYTES", 0)  # one copy of the weight per timed pass
     monkeypatch.setattr(dec, "PACKED_FORM", False)  # the packed copy's form: its own test below
+    monkeypatch.setattr(dec, "ROWS_FORM", False)  # our own product: its own test below
     calls = []
     real_transposed = dec._transposed
 
@@ -220,6 +221,7 @@ def test_auto_linear_decides_9_to_64_rows_per_bucket_timed_at_its_top(monkeypatc
     monkeypatch.setattr(dec, "_CPU_FORMS", {})
     monkeypatch.setattr(dec, "TIMING_BYTES", 0)
     monkeypatch.setattr(dec, "PACKED_FORM", False)
+    monkeypatch.setattr(dec, "ROWS_FORM", False)
     monkeypatch.setattr(dec, "F", _SlowFunctional())  # `weight @ x.T` wins every timing
     calls = []
     real_transposed = dec._transposed
@@ -270,6 +272,7 @@ def test_auto_linear_with_a_half_copy_may_take_it(monkeypatch):
     monkeypatch.setattr(dec, "_CPU_FORMS", {})
     monkeypatch.setattr(dec, "TIMING_BYTES", 0)
     monkeypatch.setattr(dec, "PACKED_FORM", False)
+    monkeypatch.setattr(dec, "ROWS_FORM", False)
     monkeypatch.setattr(dec, "F", _SlowFloat32Functional())
     real_transposed = dec._transposed
     monkeypatch.setattr(dec, "_transposed", lambda *a: time.sleep(0.003) or real_transposed(*a))
@@ -300,8 +303,9 @@ def test_auto_linear_may_take_a_packed_onednn_copy(monkeypatch):
 
     monkeypatch.setattr(dec, "LINEAR_WT_ROWS", "auto")
     monkeypatch.setattr(dec, "_CPU_FORMS", {})
-    monkeypatch.setattr(dec, "_ONEDNN_COPIES", {})
+    monkeypatch.setattr(dec, "_COPIES", {})
     monkeypatch.setattr(dec, "TIMING_BYTES", 0)
+    monkeypatch.setattr(dec, "ROWS_FORM", False)
     monkeypatch.setattr(dec, "F", _SlowFunctional())
     real_transposed = dec._transposed
     monkeypatch.setattr(dec, "_transposed", lambda *a: time.sleep(0.003) or real_transposed(*a))
@@ -319,7 +323,7 @@ def test_auto_linear_may_take_a_packed_onednn_copy(monkeypatch):
     timed = len(packs)  # the timing packed its own copies of the weight
     with torch.inference_mode():
         again = dec._linear(x, w, b)
-    assert torch.equal(again, got) and len(packs) == timed and len(dec._ONEDNN_COPIES) == 1
+    assert torch.equal(again, got) and len(packs) == timed and len(dec._COPIES) == 1
     with torch.no_grad():
         w.mul_(2)  # an in-place change (a training step): the copy is stale
     with torch.inference_mode():
@@ -328,7 +332,52 @@ def test_auto_linear_may_take_a_packed_onednn_copy(monkeypatch):
     torch.testing.assert_close(doubled, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
     del w
     gc.collect()
-    assert dec._ONEDNN_COPIES == {}  # gone with its weight
+    assert dec._COPIES == {}  # gone with its weight
+
+
+@pytest.mark.skipif(not __import__("specbench.kernels.cpu_rows").kernels.cpu_rows.available(),
+                    reason="specbench's CPU row product does not build here (no C compiler?)")
+def test_auto_linear_prefers_our_row_product_from_two_rows(monkeypatch):
+    """From 2 rows on, "auto" takes our own product ("rows", kernels/cpu_rows) unless another form is faster by more
+    than ROWS_MARGIN; at 1 row it is one candidate among the others. Its copy of the weight is made once and dropped
+    with the weight; the result is F.linear's up to float32 rounding, bias added, each row's bits its own."""
+    import gc
+
+    import specbench.models.decoder as dec
+
+    monkeypatch.setattr(dec, "LINEAR_WT_ROWS", "auto")
+    monkeypatch.setattr(dec, "_CPU_FORMS", {})
+    monkeypatch.setattr(dec, "_COPIES", {})
+    monkeypatch.setattr(dec, "TIMING_BYTES", 0)
+    monkeypatch.setattr(dec, "PACKED_FORM", False)
+    monkeypatch.setattr(dec, "F", _SlowFunctional())  # every other form takes 3 ms a call
+    real_transposed = dec._transposed
+    monkeypatch.setattr(dec, "_transposed", lambda *a: time.sleep(0.003) or real_transposed(*a))
+    real_rows = dec.cpu_rows.linear
+    slowdown = {"s": 0.004}  # slower than the others, but within ROWS_MARGIN = 1.5
+
+    def rows_linear(x, packed, n):  # a test double around the real product: as slow as the test asks
+        time.sleep(slowdown["s"])
+        return real_rows(x, packed, n)
+
+    monkeypatch.setattr(dec.cpu_rows, "linear", rows_linear)
+    g = torch.Generator().manual_seed(4)
+    w, b = torch.randn(37, 19, generator=g), torch.randn(37, generator=g)
+    x = torch.randn(5, 19, generator=g)
+    with torch.inference_mode():
+        got = dec._linear(x, w, b)
+        assert dec._CPU_FORMS[(37, 19, torch.float32, 5, False)] == ("rows", 5)
+        torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+        alone = torch.cat([real_rows(x[i : i + 1], dec._copy(w, "rows"), 37)
+                           for i in range(5)]) + b
+        assert torch.equal(got, alone)
+        assert len(dec._COPIES) == 1
+        slowdown["s"] = 0.02  # far slower than ROWS_MARGIN allows: another form wins at 3 rows
+        dec._linear(x[:3], w)
+        assert dec._CPU_FORMS[(37, 19, torch.float32, 3, False)][0] != "rows"
+    del w
+    gc.collect()
+    assert dec._COPIES == {}  # gone with its weight
 
 
 def test_time_cpu_forms_packs_every_weight_whose_form_is_packed(monkeypatch):
@@ -338,7 +387,7 @@ def test_time_cpu_forms_packs_every_weight_whose_form_is_packed(monkeypatch):
 
     monkeypatch.setattr(dec, "LINEAR_WT_ROWS", "auto")
     monkeypatch.setattr(dec, "_CPU_FORMS", {})
-    monkeypatch.setattr(dec, "_ONEDNN_COPIES", {})
+    monkeypatch.setattr(dec, "_COPIES", {})
     monkeypatch.setattr(dec, "onednn_bf16", lambda: False)
 
     def fake_timing(weight, row_counts, half):  # a test double: "packed" wins at 4 rows, for the MLP's down shape only
@@ -354,7 +403,7 @@ def test_time_cpu_forms_packs_every_weight_whose_form_is_packed(monkeypatch):
     dec.time_cpu_forms(runner)
     downs = [w["down_w"] for w in runner._w]
     assert len(downs) == cfg.num_hidden_layers > 1
-    assert {k for k in dec._ONEDNN_COPIES} == {id(d) for d in downs}
+    assert set(dec._COPIES) == {(id(d), "packed") for d in downs}
 
 
 def test_pack_linears_half_weights_keep_a_float16_copy(monkeypatch):

@@ -1,0 +1,72 @@
+/* y[M, N] = x[M, K] @ w[N, K]^T in float32 for a few rows (the CPU's decode and verify products), on a copy of w
+ * packed as [ceil(N / 16), K, 16] (16 output columns side by side for each k; cpu_rows.pack). Each output is summed
+ * over k = 0, 1, ..., K - 1 in that order, a multiply then an add (no fused multiply-add: -ffp-contract=off), so a
+ * row's result is bit for bit what it gets alone, whatever M, the other rows, or N's split between threads.
+ * The packed weight is streamed once for all M rows (at most 8 a pass; more go 8 at a time); the rows stay in cache.
+ * Built and loaded by specbench/kernels/cpu_rows.py. */
+#include <stdint.h>
+#include <string.h>
+
+typedef float v16 __attribute__((vector_size(64)));
+
+/* G blocks of 16 columns (from block b) against M rows of x: G * M independent sums in registers */
+#define KERNEL(M, G)                                                                                        \
+    static void kernel_##M##_##G(const float *x, const float *wp, float *y, int64_t b, int64_t N,          \
+                                 int64_t K) {                                                              \
+        v16 acc[G][M];                                                                                     \
+        for (int g = 0; g < G; g++)                                                                        \
+            for (int m = 0; m < M; m++) acc[g][m] = (v16){0};                                              \
+        const float *w = wp + b * K * 16;                                                                  \
+        for (int64_t k = 0; k < K; k++) {                                                                  \
+            v16 wv[G];                                                                                     \
+            for (int g = 0; g < G; g++) memcpy(&wv[g], w + (g * K + k) * 16, sizeof(v16));                 \
+            for (int m = 0; m < M; m++) {                                                                  \
+                const float xs = x[m * K + k];                                                             \
+                for (int g = 0; g < G; g++) acc[g][m] += wv[g] * xs;                                       \
+            }                                                                                              \
+        }                                                                                                  \
+        for (int g = 0; g < G; g++) {                                                                      \
+            const int64_t n0 = (b + g) * 16, cols = N - n0 < 16 ? N - n0 : 16;                            \
+            for (int m = 0; m < M; m++) {                                                                  \
+                float out[16];                                                                             \
+                memcpy(out, &acc[g][m], sizeof out);                                                       \
+                memcpy(y + m * N + n0, out, cols * sizeof(float));                                         \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+
+KERNEL(1, 1) KERNEL(2, 1) KERNEL(3, 1) KERNEL(4, 1) KERNEL(5, 1) KERNEL(6, 1) KERNEL(7, 1) KERNEL(8, 1)
+KERNEL(1, 8) KERNEL(2, 8) KERNEL(3, 4) KERNEL(4, 4) KERNEL(5, 2) KERNEL(6, 2) KERNEL(7, 2) KERNEL(8, 2)
+
+typedef void (*kernel_fn)(const float *, const float *, float *, int64_t, int64_t, int64_t);
+static const kernel_fn ONE[9] = {0, kernel_1_1, kernel_2_1, kernel_3_1, kernel_4_1,
+                                 kernel_5_1, kernel_6_1, kernel_7_1, kernel_8_1};
+/* how many blocks a pass takes together for M rows (enough sums in flight to hide an add's latency), and its kernel */
+static const int GROUP[9] = {0, 8, 8, 4, 4, 2, 2, 2, 2};
+static const kernel_fn GROUPED[9] = {0, kernel_1_8, kernel_2_8, kernel_3_4, kernel_4_4,
+                                     kernel_5_2, kernel_6_2, kernel_7_2, kernel_8_2};
+
+#define ROWS_MAX 8
+
+/* x [M, K] and y [M, N] row-major and contiguous, wp [ceil(N / 16), K, 16] contiguous; any M */
+void specbench_rows_gemm(const float *x, const float *wp, float *y, int64_t M, int64_t N, int64_t K) {
+    const int64_t blocks = (N + 15) / 16;
+    for (int64_t m0 = 0; m0 < M; m0 += ROWS_MAX) {
+        const int m = M - m0 < ROWS_MAX ? (int)(M - m0) : ROWS_MAX;
+        const float *xm = x + m0 * K;
+        float *ym = y + m0 * N;
+#pragma omp parallel
+        {
+#ifdef _OPENMP
+            extern int omp_get_num_threads(void), omp_get_thread_num(void);
+            const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+            const int64_t threads = 1, t = 0;
+#endif
+            const int64_t b0 = blocks * t / threads, b1 = blocks * (t + 1) / threads;
+            int64_t b = b0;
+            for (; b + GROUP[m] <= b1; b += GROUP[m]) GROUPED[m](xm, wp, ym, b, N, K);
+            for (; b < b1; b++) ONE[m](xm, wp, ym, b, N, K);
+        }
+    }
+}
