@@ -1,13 +1,23 @@
 /* y[M, N] = x[M, K] @ w[N, K]^T in float32 for a few rows (the CPU's decode and verify products), on a copy of w
  * packed as [ceil(N / 16), K, 16] (16 output columns side by side for each k; cpu_rows.pack). Each output is summed
- * over k = 0, 1, ..., K - 1 in that order, a multiply then an add (no fused multiply-add: -ffp-contract=off), so a
- * row's result is bit for bit what it gets alone, whatever M, the other rows, or N's split between threads.
- * The packed weight is streamed once for all M rows (at most 8 a pass; more go 8 at a time); the rows stay in cache.
+ * over k = 0, 1, ..., K - 1 in that order, one multiply-add a step (fused where the CPU has FMA: -ffp-contract=fast
+ * contracts `acc += w * x` alike in every kernel below; tests/kernels/test_cpu_rows.py checks the bits), so a row's
+ * result is bit for bit what it gets alone, whatever M, the other rows, or N's split between threads.
+ * The packed weight is streamed once for all M rows (at most 8 a pass; more go 8 at a time), prefetched ahead; the
+ * rows stay in cache.
  * Built and loaded by specbench/kernels/cpu_rows.py. */
 #include <stdint.h>
 #include <string.h>
 
 typedef float v16 __attribute__((vector_size(64)));
+/* how many k ahead each block's weights are prefetched (0: none). The hardware's own prefetch follows the G blocks'
+ * streams less well the more rows there are: SmolLM2-135M's products in forward order on the Intel Xeon without AMX
+ * of experiments/cpu/intel-noamx-run2/ (products_sweep.txt) took 25.9 / 26.0 ms a pass at 6 / 8 rows with it,
+ * 28.0 / 31.9 without (1 row: 22.7, 22.4). 32 ahead (2 KB a block) read best of 16, 32, 64 and 128 there, within
+ * that machine's noise. */
+#ifndef PREFETCH_K
+#define PREFETCH_K 32
+#endif
 
 /* G blocks of 16 columns (from block b) against M rows of x: G * M independent sums in registers */
 #define KERNEL(M, G)                                                                                        \
@@ -19,7 +29,10 @@ typedef float v16 __attribute__((vector_size(64)));
         const float *w = wp + b * K * 16;                                                                  \
         for (int64_t k = 0; k < K; k++) {                                                                  \
             v16 wv[G];                                                                                     \
-            for (int g = 0; g < G; g++) memcpy(&wv[g], w + (g * K + k) * 16, sizeof(v16));                 \
+            for (int g = 0; g < G; g++) {                                                                  \
+                memcpy(&wv[g], w + (g * K + k) * 16, sizeof(v16));                                         \
+                if (PREFETCH_K) __builtin_prefetch(w + (g * K + k + PREFETCH_K) * 16);                     \
+            }                                                                                              \
             for (int m = 0; m < M; m++) {                                                                  \
                 const float xs = x[m * K + k];                                                             \
                 for (int g = 0; g < G; g++) acc[g][m] += wv[g] * xs;                                       \

@@ -5,8 +5,10 @@ Why: on the CPUs of experiments/cpu/ the library products (MKL's, oneDNN's) cost
 only at one or two rows; from three rows on they re-pack the weight or take kernels far from what memory allows
 (SmolLM2-135M's products streamed from memory, an Intel Xeon with AVX512-BF16 and no AMX: 28 ms a forward at 1 row,
 52 at 4 with F.linear; experiments/cpu/intel-noamx-run2/). A verify of K+1 tokens or a tree's rows is such a
-product. This one streams each weight row once for every input row, and sums each output in one fixed order whatever
-the row count or the thread count, so a row gets the bits it gets alone.
+product. This one streams a packed copy of each weight once for all the input rows (with a software prefetch), and
+sums each output in one fixed order whatever the row count or the thread count, so a row gets the bits it gets alone:
+SmolLM2-135M's products cost 0.97-0.98x F.linear's 1-row cost at 2-8 rows on that Xeon, where F.linear's own cost
+1.83x at 4 rows and 1.93x at 6 (experiments/cpu/intel-noamx-run2/products_sweep.txt).
 
 The decoder's "auto" product forms time it beside the others (`decoder._time_forms`), so it runs only where it is
 the fastest. Where no C compiler is found, or the library does not build or load, `available()` is False, the
@@ -34,6 +36,8 @@ import torch
 from specbench._cache import cache_dir
 
 SOURCE = Path(__file__).with_name("cpu_rows.c")
+# -ffp-contract=fast: each step a fused multiply-add where the CPU has one (the kernels' bits are checked alike by
+# tests/kernels/test_cpu_rows.py); -march=native: the build is for this CPU (its flags are in the file's key)
 COMPILE_FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-fPIC")
 ENABLED = True  # False: `available()` says no, so "auto" never times this form
 

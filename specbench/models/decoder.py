@@ -102,8 +102,8 @@ ONEDNN_FP32_PACK_ROWS = 8  # the packing hint (the layout oneDNN chooses for tha
 # traffic from 3 rows on, where they re-pack the weight at every call. On the Intel Xeon with AVX512-BF16 and no AMX
 # of experiments/cpu/intel-noamx-run2/ (260 MB of L3) that timing still took F.linear for some shapes at 4 and 6
 # rows with a margin of 1.15; with 1.5 it took "rows" from 2 rows on, and SmolLM2-135M's whole forwards of 4 / 6 / 8
-# tokens took 1.15 / 1.25 / 1.32 times a 1-token forward, against 1.48 / 1.69 / 1.65 with the forms chosen without
-# "rows" (1 token: 41.4 and 41.0 ms; forward_rows.txt). The margin is calibrated on that one machine.
+# tokens took 0.99 / 1.12 / 1.14 times a 1-token forward, against 1.56 / 1.75 / 1.91 with the forms chosen without
+# "rows" (1 token: 37.9 and 36.1 ms; forward_rows-prefetch.txt). The margin is calibrated on that one machine.
 ROWS_FORM = True
 ROWS_MARGIN = 1.5
 
