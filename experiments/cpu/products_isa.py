@@ -1,0 +1,83 @@
+"""The row product (a cpu_rows.c source) built for this CPU (-march=native) and for AVX2 alone (-march=haswell: 16
+vector registers, no AVX-512, as on an AVX2-only CPU), timed over SmolLM2-135M's products in forward order (121
+weights, 538 MB, streaming from memory) beside F.linear, for 1-8 rows; medians of ROUNDS passes after one untimed,
+alternating, in ms a pass; and whether every build gives the same bits at 6 rows. Each source given is built both
+ways into a temporary directory, with cpu_rows.COMPILE_FLAGS otherwise.
+
+    OMP_NUM_THREADS=2 python experiments/cpu/products_isa.py <name>=<source.c> [<name>=<source.c> ...]
+"""
+
+from __future__ import annotations
+
+import ctypes
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import specbench.models.decoder as dec
+from specbench.kernels import cpu_rows
+from specbench.models.loading import load_model, resolve_spec
+
+ROUNDS, ROWS = 7, (1, 2, 4, 6, 8)
+
+
+def build(source: str, march: str, tmp: str, name: str):
+    obj, lib = Path(tmp) / f"{name}-{march}.o", Path(tmp) / f"{name}-{march}.so"
+    flags = [f"-march={march}" if f == "-march=native" else f for f in cpu_rows.COMPILE_FLAGS]
+    subprocess.run(["cc", *flags, "-c", source, "-o", str(obj)], check=True)
+    subprocess.run(["cc", "-shared", str(obj), "-o", str(lib)], check=True)
+    fn = ctypes.CDLL(str(lib)).specbench_rows_gemm
+    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3
+    return fn
+
+
+def main() -> None:
+    model = load_model(resolve_spec({"name": "smollm2-135m"}, "target"), torch.device("cpu"), torch.float32).model
+    runner = dec.DecoderRunner(model)
+    ws = [w[n] for w in runner._w for n in ("qkv_w", "o_w", "gu_w", "down_w")] + [runner.lm_head.weight]
+    ps = [cpu_rows.pack(w) for w in ws]
+    tmp = tempfile.mkdtemp()
+    fns = {}
+    for arg in sys.argv[1:]:
+        name, source = arg.split("=", 1)
+        for march in ("native", "haswell"):
+            fns[f"{name}, {march}"] = build(source, march, tmp, name)
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; builds: {', '.join(fns)}")
+    with torch.inference_mode():
+        x = torch.randn(6, ws[0].shape[1])
+        outs = []
+        for fn in fns.values():
+            out = torch.empty(6, ws[0].shape[0])
+            fn(x.data_ptr(), ps[0].data_ptr(), out.data_ptr(), 6, ws[0].shape[0], ws[0].shape[1])
+            outs.append(out)
+        print("every build gives the same bits at 6 rows:", all(torch.equal(o, outs[0]) for o in outs))
+
+        def sweep(m: int, form: str) -> float:
+            xs = {w.shape[1]: torch.randn(m, w.shape[1]) for w in ws}
+            start = time.perf_counter()
+            for w, p in zip(ws, ps):
+                x = xs[w.shape[1]]
+                if form == "F.linear":
+                    torch.nn.functional.linear(x, w)
+                else:
+                    out = torch.empty(m, w.shape[0])
+                    fns[form](x.data_ptr(), p.data_ptr(), out.data_ptr(), m, w.shape[0], w.shape[1])
+            return time.perf_counter() - start
+
+        cases = [(m, f) for m in ROWS for f in ["F.linear", *fns]]
+        times = {c: [] for c in cases}
+        for _ in range(ROUNDS + 1):
+            for c in cases:
+                times[c].append(sweep(*c))
+    print("| rows | " + " | ".join(["F.linear", *fns]) + " |\n|" + " --- |" * (len(fns) + 2))
+    for m in ROWS:
+        print(f"| {m} | " + " | ".join(f"{statistics.median(times[m, f][1:]) * 1e3:.1f}" for f in ["F.linear", *fns]) + " |")
+
+
+if __name__ == "__main__":
+    main()
