@@ -5,11 +5,14 @@ alternating, in ms a pass; and whether every build gives the same bits at 6 rows
 ways into a temporary directory, with cpu_rows.COMPILE_FLAGS otherwise.
 
     OMP_NUM_THREADS=2 python experiments/cpu/products_isa.py <name>=<source.c> [<name>=<source.c> ...]
+
+PRODUCTS_ROWS (default 1,2,4,6,8) sets the row counts, PRODUCTS_MARCH (default native,haswell) the builds.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import statistics
 import subprocess
 import sys
@@ -23,7 +26,9 @@ import specbench.models.decoder as dec
 from specbench.kernels import cpu_rows
 from specbench.models.loading import load_model, resolve_spec
 
-ROUNDS, ROWS = 7, (1, 2, 4, 6, 8)
+ROUNDS = 7
+ROWS = tuple(int(r) for r in os.environ.get("PRODUCTS_ROWS", "1,2,4,6,8").split(","))
+MARCHES = os.environ.get("PRODUCTS_MARCH", "native,haswell").split(",")
 
 
 def build(source: str, march: str, tmp: str, name: str):
@@ -45,7 +50,7 @@ def main() -> None:
     fns = {}
     for arg in sys.argv[1:]:
         name, source = arg.split("=", 1)
-        for march in ("native", "haswell"):
+        for march in MARCHES:
             fns[f"{name}, {march}"] = build(source, march, tmp, name)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; builds: {', '.join(fns)}")
     with torch.inference_mode():
