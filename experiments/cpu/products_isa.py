@@ -2,7 +2,7 @@
 vector registers, no AVX-512, as on an AVX2-only CPU), timed over SmolLM2-135M's products in forward order (121
 weights, 538 MB, streaming from memory) beside F.linear, for 1-8 rows; medians of ROUNDS passes after one untimed,
 alternating, in ms a pass; and whether every build gives the same bits at 6 rows. Each source given is built both
-ways into a temporary directory, with cpu_rows.COMPILE_FLAGS otherwise.
+ways into a temporary directory, with cpu_rows.COMPILE_FLAGS otherwise (`rows_build.py`).
 
     OMP_NUM_THREADS=2 python experiments/cpu/products_isa.py <name>=<source.c> [<name>=<source.c> ...]
 
@@ -11,47 +11,29 @@ PRODUCTS_ROWS (default 1,2,4,6,8) sets the row counts, PRODUCTS_MARCH (default n
 
 from __future__ import annotations
 
-import ctypes
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 
-import specbench.models.decoder as dec
-from specbench.kernels import cpu_rows
-from specbench.models.loading import load_model, resolve_spec
+from rows_build import build, smollm2_products  # experiments/cpu/rows_build.py, beside this script
 
 ROUNDS = 7
 ROWS = tuple(int(r) for r in os.environ.get("PRODUCTS_ROWS", "1,2,4,6,8").split(","))
 MARCHES = os.environ.get("PRODUCTS_MARCH", "native,haswell").split(",")
 
 
-def build(source: str, march: str, tmp: str, name: str):
-    obj, lib = Path(tmp) / f"{name}-{march}.o", Path(tmp) / f"{name}-{march}.so"
-    flags = [f"-march={march}" if f == "-march=native" else f for f in cpu_rows.COMPILE_FLAGS]
-    subprocess.run(["cc", *flags, "-c", source, "-o", str(obj)], check=True)
-    subprocess.run(["cc", "-shared", str(obj), "-o", str(lib)], check=True)
-    fn = ctypes.CDLL(str(lib)).specbench_rows_gemm
-    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3
-    return fn
-
-
 def main() -> None:
-    model = load_model(resolve_spec({"name": "smollm2-135m"}, "target"), torch.device("cpu"), torch.float32).model
-    runner = dec.DecoderRunner(model)
-    ws = [w[n] for w in runner._w for n in ("qkv_w", "o_w", "gu_w", "down_w")] + [runner.lm_head.weight]
-    ps = [cpu_rows.pack(w) for w in ws]
+    ws, ps = smollm2_products()
     tmp = tempfile.mkdtemp()
     fns = {}
     for arg in sys.argv[1:]:
         name, source = arg.split("=", 1)
         for march in MARCHES:
-            fns[f"{name}, {march}"] = build(source, march, tmp, name)
+            fns[f"{name}, {march}"] = build(source, tmp, f"{name}-{march}", march=march)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; builds: {', '.join(fns)}")
     with torch.inference_mode():
         x = torch.randn(6, ws[0].shape[1])

@@ -1,26 +1,22 @@
 """SmolLM2-135M's float32 products as a forward makes them (every layer's qkv, o, gate/up and down weights, then the
 LM head, 538 MB, in that order, so they stream from memory as in a forward), one pass at a time, for 1-8 rows:
 torch's F.linear and `weight @ x.T`, and our row product (kernels/cpu_rows.c) as built now and as built without its
-software prefetch (-DPREFETCH_K=0, compiled here into a temporary directory). The forms alternate pass by pass;
-medians of ROUNDS passes after one untimed, in ms a pass.
+software prefetch (-DPREFETCH_K=0, compiled here into a temporary directory by `rows_build.py`). The forms alternate
+pass by pass; medians of ROUNDS passes after one untimed, in ms a pass.
 
     OMP_NUM_THREADS=2 python experiments/cpu/products_sweep.py
 """
 
 from __future__ import annotations
 
-import ctypes
 import statistics
-import subprocess
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 
-import specbench.models.decoder as dec
 from specbench.kernels import cpu_rows
-from specbench.models.loading import load_model, resolve_spec
+from rows_build import build, smollm2_products  # experiments/cpu/rows_build.py, beside this script
 
 ROUNDS = 9
 CASES = [(1, "F.linear"), (1, "weight @ x.T"), (1, "rows"), (1, "rows, no prefetch"), (2, "rows"),
@@ -28,25 +24,12 @@ CASES = [(1, "F.linear"), (1, "weight @ x.T"), (1, "rows"), (1, "rows, no prefet
          (6, "rows, no prefetch"), (8, "rows"), (8, "rows, no prefetch")]
 
 
-def no_prefetch_library(tmp: str) -> ctypes.CDLL:
-    obj, lib = Path(tmp) / "k.o", Path(tmp) / "k.so"
-    cc = cpu_rows._compiler()
-    subprocess.run([cc, *cpu_rows.COMPILE_FLAGS, "-DPREFETCH_K=0", "-c", str(cpu_rows.SOURCE), "-o", str(obj)], check=True)
-    subprocess.run([cc, "-shared", str(obj), "-o", str(lib)], check=True)
-    fn = ctypes.CDLL(str(lib)).specbench_rows_gemm
-    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3
-    return fn
-
-
 def main() -> None:
-    model = load_model(resolve_spec({"name": "smollm2-135m"}, "target"), torch.device("cpu"), torch.float32).model
-    runner = dec.DecoderRunner(model)
-    ws = [w[n] for w in runner._w for n in ("qkv_w", "o_w", "gu_w", "down_w")] + [runner.lm_head.weight]
-    ps = [cpu_rows.pack(w) for w in ws]
+    ws, ps = smollm2_products()
     print(f"{len(ws)} weights, {sum(w.numel() for w in ws) * 4 / 1e6:.0f} MB; torch {torch.__version__}, "
           f"threads {torch.get_num_threads()}")
     with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
-        plain = no_prefetch_library(tmp)
+        plain = build(cpu_rows.SOURCE, tmp, "no-prefetch", defines=("PREFETCH_K=0",))
 
         def sweep(m: int, form: str) -> float:
             xs = {w.shape[1]: torch.randn(m, w.shape[1]) for w in ws}

@@ -1,0 +1,39 @@
+"""For the experiments that time builds of the row product (kernels/cpu_rows.c) other than the one specbench loads:
+compile a source with cpu_rows.COMPILE_FLAGS, another -march and extra -D defines, into a directory, and return its
+entry point with its argument types (as cpu_rows._load sets them)."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+from pathlib import Path
+
+from specbench.kernels import cpu_rows
+
+
+def build(source: str | Path, tmp: str | Path, name: str, march: str = "native", defines: tuple[str, ...] = ()):
+    """specbench_rows_gemm(x, packed, y, M, N, K) of `source` built as cpu_rows builds it, but for -march=`march` and
+    with -D`defines`, as `tmp`/`name`.so."""
+    obj, lib = Path(tmp) / f"{name}.o", Path(tmp) / f"{name}.so"
+    flags = [f"-march={march}" if f == "-march=native" else f for f in cpu_rows.COMPILE_FLAGS]
+    cc = cpu_rows._compiler()
+    subprocess.run([cc, *flags, *(f"-D{d}" for d in defines), "-c", str(source), "-o", str(obj)], check=True)
+    subprocess.run([cc, "-shared", str(obj), "-o", str(lib)], check=True)
+    fn = ctypes.CDLL(str(lib)).specbench_rows_gemm
+    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3
+    fn.restype = None
+    return fn
+
+
+def smollm2_products() -> tuple[list, list]:
+    """SmolLM2-135M's float32 product weights as a forward meets them (every layer's qkv, o, gate/up and down weights,
+    then the LM head) and their copies packed for the row product."""
+    import torch
+
+    import specbench.models.decoder as dec
+    from specbench.models.loading import load_model, resolve_spec
+
+    model = load_model(resolve_spec({"name": "smollm2-135m"}, "target"), torch.device("cpu"), torch.float32).model
+    runner = dec.DecoderRunner(model)
+    ws = [w[n] for w in runner._w for n in ("qkv_w", "o_w", "gu_w", "down_w")] + [runner.lm_head.weight]
+    return ws, [cpu_rows.pack(w) for w in ws]
