@@ -3,15 +3,15 @@ and loaded with ctypes.
 
 Why: on the CPUs of experiments/cpu/ the library products (MKL's, oneDNN's) cost about what they cost for one row
 only at one or two rows; from three rows on they re-pack the weight or take kernels far from what memory allows
-(SmolLM2-135M's products streamed from memory, an Intel Xeon with AVX512-BF16 and no AMX: 28 ms a forward at 1 row,
-52 at 4 with F.linear; experiments/cpu/intel-noamx-run2/). A verify of K+1 tokens or a tree's rows is such a
+(SmolLM2-135M's products in forward order, streaming from memory, on an Intel Xeon with AVX512-BF16 and no AMX:
+F.linear 26.6 ms a pass at 1 row, 48.6 at 4, 51.4 at 6; experiments/cpu/intel-noamx-run2/products_sweep.txt). A verify of K+1 tokens or a tree's rows is such a
 product. This one streams a packed copy of each weight once for all the input rows (with a software prefetch), and
 sums each output in one fixed order whatever the row count or the thread count, so a row gets the bits it gets alone:
 SmolLM2-135M's products cost 0.97-0.98x F.linear's 1-row cost at 2-8 rows on that Xeon, where F.linear's own cost
 1.83x at 4 rows and 1.93x at 6 (experiments/cpu/intel-noamx-run2/products_sweep.txt).
 
-The decoder's "auto" product forms time it beside the others (`decoder._time_forms`), so it runs only where it is
-the fastest. Where no C compiler is found, or the library does not build or load, `available()` is False, the
+The decoder's "auto" product forms time it beside the others (`decoder._time_forms`): at 1 row it runs where it
+times fastest, from 2 rows on unless another form times faster by more than `decoder.ROWS_MARGIN`. Where no C compiler is found, or the library does not build or load, `available()` is False, the
 reason is in `unavailable_reason()`, and the other forms run as before. The build goes to the cache directory
 (`specbench._cache.cache_dir() / "kernels"`), one file per source, flags, compiler and CPU.
 
