@@ -9,7 +9,17 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef float v16 __attribute__((vector_size(64)));
+/* the vector the CPU has registers for: 16 floats with AVX-512 (32 registers), else 8 (AVX2's 16 registers; a
+ * 16-float vector there was lowered through memory: 20x slower at 6 rows, -march=haswell on the Xeon of
+ * experiments/cpu/intel-noamx-run2/, products_isa.txt). A block of 16 columns is SUB such vectors; each lane is one
+ * output, so the width changes nothing in its sum (the bits were the same either way there). */
+#ifdef __AVX512F__
+#define VW 16
+#else
+#define VW 8
+#endif
+#define SUB (16 / VW)
+typedef float vf __attribute__((vector_size(VW * 4)));
 /* how many k ahead each block's weights are prefetched (0: none). The hardware's own prefetch follows the G blocks'
  * streams less well the more rows there are: SmolLM2-135M's products in forward order on the Intel Xeon without AMX
  * of experiments/cpu/intel-noamx-run2/ (products_sweep.txt) took 25.9 / 26.0 ms a pass at 6 / 8 rows with it,
@@ -19,45 +29,55 @@ typedef float v16 __attribute__((vector_size(64)));
 #define PREFETCH_K 32
 #endif
 
-/* G blocks of 16 columns (from block b) against M rows of x: G * M independent sums in registers */
+/* G blocks of 16 columns (from block b) against M rows of x: G * M * SUB independent sums in registers */
 #define KERNEL(M, G)                                                                                        \
     static void kernel_##M##_##G(const float *x, const float *wp, float *y, int64_t b, int64_t N,          \
                                  int64_t K) {                                                              \
-        v16 acc[G][M];                                                                                     \
+        vf acc[G][M][SUB];                                                                                 \
         for (int g = 0; g < G; g++)                                                                        \
-            for (int m = 0; m < M; m++) acc[g][m] = (v16){0};                                              \
+            for (int m = 0; m < M; m++)                                                                    \
+                for (int s = 0; s < SUB; s++) acc[g][m][s] = (vf){0};                                      \
         const float *w = wp + b * K * 16;                                                                  \
         for (int64_t k = 0; k < K; k++) {                                                                  \
-            v16 wv[G];                                                                                     \
+            vf wv[G][SUB];                                                                                 \
             for (int g = 0; g < G; g++) {                                                                  \
-                memcpy(&wv[g], w + (g * K + k) * 16, sizeof(v16));                                         \
+                for (int s = 0; s < SUB; s++) memcpy(&wv[g][s], w + (g * K + k) * 16 + s * VW, sizeof(vf)); \
                 if (PREFETCH_K) __builtin_prefetch(w + (g * K + k + PREFETCH_K) * 16);                     \
             }                                                                                              \
             for (int m = 0; m < M; m++) {                                                                  \
                 const float xs = x[m * K + k];                                                             \
-                for (int g = 0; g < G; g++) acc[g][m] += wv[g] * xs;                                       \
+                for (int g = 0; g < G; g++)                                                                \
+                    for (int s = 0; s < SUB; s++) acc[g][m][s] += wv[g][s] * xs;                           \
             }                                                                                              \
         }                                                                                                  \
         for (int g = 0; g < G; g++) {                                                                      \
             const int64_t n0 = (b + g) * 16, cols = N - n0 < 16 ? N - n0 : 16;                            \
             for (int m = 0; m < M; m++) {                                                                  \
                 float out[16];                                                                             \
-                memcpy(out, &acc[g][m], sizeof out);                                                       \
+                memcpy(out, acc[g][m], sizeof out);                                                        \
                 memcpy(y + m * N + n0, out, cols * sizeof(float));                                         \
             }                                                                                              \
         }                                                                                                  \
     }
 
 KERNEL(1, 1) KERNEL(2, 1) KERNEL(3, 1) KERNEL(4, 1) KERNEL(5, 1) KERNEL(6, 1) KERNEL(7, 1) KERNEL(8, 1)
-KERNEL(1, 8) KERNEL(2, 8) KERNEL(3, 4) KERNEL(4, 4) KERNEL(5, 2) KERNEL(6, 2) KERNEL(7, 2) KERNEL(8, 2)
 
 typedef void (*kernel_fn)(const float *, const float *, float *, int64_t, int64_t, int64_t);
 static const kernel_fn ONE[9] = {0, kernel_1_1, kernel_2_1, kernel_3_1, kernel_4_1,
                                  kernel_5_1, kernel_6_1, kernel_7_1, kernel_8_1};
-/* how many blocks a pass takes together for M rows (enough sums in flight to hide an add's latency), and its kernel */
+/* how many blocks a pass takes together for M rows (enough sums in flight to hide an add's latency, within the
+ * registers), and its kernel */
+#if VW == 16
+KERNEL(1, 8) KERNEL(2, 8) KERNEL(3, 4) KERNEL(4, 4) KERNEL(5, 2) KERNEL(6, 2) KERNEL(7, 2) KERNEL(8, 2)
 static const int GROUP[9] = {0, 8, 8, 4, 4, 2, 2, 2, 2};
 static const kernel_fn GROUPED[9] = {0, kernel_1_8, kernel_2_8, kernel_3_4, kernel_4_4,
                                      kernel_5_2, kernel_6_2, kernel_7_2, kernel_8_2};
+#else
+KERNEL(1, 4) KERNEL(2, 2) KERNEL(3, 2)
+static const int GROUP[9] = {0, 4, 2, 2, 1, 1, 1, 1, 1};
+static const kernel_fn GROUPED[9] = {0, kernel_1_4, kernel_2_2, kernel_3_2, kernel_4_1,
+                                     kernel_5_1, kernel_6_1, kernel_7_1, kernel_8_1};
+#endif
 
 #define ROWS_MAX 8
 

@@ -91,3 +91,34 @@ def test_build_goes_to_the_cache_once(monkeypatch, tmp_path):
     stamp = built[0].stat().st_mtime_ns
     monkeypatch.setattr(cpu_rows, "_lib", None)
     assert cpu_rows.available() and built[0].stat().st_mtime_ns == stamp  # found, not built again
+
+
+def _has_avx2() -> bool:
+    try:
+        return " avx2 " in f" {open('/proc/cpuinfo').read()} ".replace("\n", " ")
+    except OSError:
+        return False
+
+
+@needs_build
+@pytest.mark.skipif(not _has_avx2(), reason="an x86 CPU with AVX2 is needed to run an AVX2-only build")
+def test_an_avx2_only_build_gives_the_native_builds_bits(tmp_path):
+    """Built for AVX2 alone (-march=haswell: 8-float vectors, two a block of 16 columns) the product sums every output
+    in the same order as the native build, so the bits are the same, at every row count."""
+    import ctypes
+    import subprocess
+
+    flags = ["-march=haswell" if f == "-march=native" else f for f in cpu_rows.COMPILE_FLAGS]
+    cc = cpu_rows._compiler()
+    subprocess.run([cc, *flags, "-c", str(cpu_rows.SOURCE), "-o", str(tmp_path / "k.o")], check=True)
+    subprocess.run([cc, "-shared", str(tmp_path / "k.o"), "-o", str(tmp_path / "k.so")], check=True)
+    fn = ctypes.CDLL(str(tmp_path / "k.so")).specbench_rows_gemm
+    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3
+    g = torch.Generator().manual_seed(11)
+    n, k = 45, 37
+    w, x = torch.randn(n, k, generator=g), torch.randn(19, k, generator=g)
+    p = cpu_rows.pack(w)
+    for m in range(1, 20):
+        out = torch.empty(m, n)
+        fn(x.data_ptr(), p.data_ptr(), out.data_ptr(), m, n, k)
+        assert torch.equal(out, cpu_rows.linear(x[:m], p, n)), m
