@@ -3,8 +3,8 @@
  * over k = 0, 1, ..., K - 1 in that order, one multiply-add a step (fused where the CPU has FMA: -ffp-contract=fast
  * contracts `acc += w * x` alike in every kernel below; tests/kernels/test_cpu_rows.py checks the bits), so a row's
  * result is bit for bit what it gets alone, whatever M, the other rows, or N's split between threads.
- * The packed weight is streamed once for all M rows (at most 8 a pass; more go 8 at a time), prefetched ahead; the
- * rows stay in cache.
+ * The packed weight is streamed once for all M rows (at most ROWS_MAX a pass, below), prefetched ahead; the rows
+ * stay in cache.
  * Built and loaded by specbench/kernels/cpu_rows.py. */
 #include <stdint.h>
 #include <string.h>
@@ -63,23 +63,31 @@ typedef float vf __attribute__((vector_size(VW * 4)));
 KERNEL(1, 1) KERNEL(2, 1) KERNEL(3, 1) KERNEL(4, 1) KERNEL(5, 1) KERNEL(6, 1) KERNEL(7, 1) KERNEL(8, 1)
 
 typedef void (*kernel_fn)(const float *, const float *, float *, int64_t, int64_t, int64_t);
-static const kernel_fn ONE[9] = {0, kernel_1_1, kernel_2_1, kernel_3_1, kernel_4_1,
-                                 kernel_5_1, kernel_6_1, kernel_7_1, kernel_8_1};
 /* how many blocks a pass takes together for M rows (enough sums in flight to hide an add's latency, within the
- * registers), and its kernel */
+ * registers), and its kernel; ROWS_MAX rows a pass at most (more go ROWS_MAX at a time, each pass streaming the
+ * weights again): 16 with AVX-512's 32 registers (16 sums and a weight vector), so that a tree's verify of 9-16 rows
+ * streams them once (8 nodes and the root: r 1.53 on the default job when 9 rows went as 8 + 1,
+ * experiments/cpu/intel-noamx-run2/nodes-summary.txt), 8 without */
 #if VW == 16
+#define ROWS_MAX 16
+KERNEL(9, 1) KERNEL(10, 1) KERNEL(11, 1) KERNEL(12, 1) KERNEL(13, 1) KERNEL(14, 1) KERNEL(15, 1) KERNEL(16, 1)
 KERNEL(1, 8) KERNEL(2, 8) KERNEL(3, 4) KERNEL(4, 4) KERNEL(5, 2) KERNEL(6, 2) KERNEL(7, 2) KERNEL(8, 2)
-static const int GROUP[9] = {0, 8, 8, 4, 4, 2, 2, 2, 2};
-static const kernel_fn GROUPED[9] = {0, kernel_1_8, kernel_2_8, kernel_3_4, kernel_4_4,
-                                     kernel_5_2, kernel_6_2, kernel_7_2, kernel_8_2};
+static const kernel_fn ONE[ROWS_MAX + 1] = {0, kernel_1_1, kernel_2_1, kernel_3_1, kernel_4_1, kernel_5_1, kernel_6_1,
+                                            kernel_7_1, kernel_8_1, kernel_9_1, kernel_10_1, kernel_11_1, kernel_12_1,
+                                            kernel_13_1, kernel_14_1, kernel_15_1, kernel_16_1};
+static const int GROUP[ROWS_MAX + 1] = {0, 8, 8, 4, 4, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1};
+static const kernel_fn GROUPED[ROWS_MAX + 1] = {0, kernel_1_8, kernel_2_8, kernel_3_4, kernel_4_4, kernel_5_2,
+                                                kernel_6_2, kernel_7_2, kernel_8_2, kernel_9_1, kernel_10_1, kernel_11_1,
+                                                kernel_12_1, kernel_13_1, kernel_14_1, kernel_15_1, kernel_16_1};
 #else
-KERNEL(1, 4) KERNEL(2, 2) KERNEL(3, 2)
-static const int GROUP[9] = {0, 4, 2, 2, 1, 1, 1, 1, 1};
-static const kernel_fn GROUPED[9] = {0, kernel_1_4, kernel_2_2, kernel_3_2, kernel_4_1,
-                                     kernel_5_1, kernel_6_1, kernel_7_1, kernel_8_1};
-#endif
-
 #define ROWS_MAX 8
+KERNEL(1, 4) KERNEL(2, 2) KERNEL(3, 2)
+static const kernel_fn ONE[ROWS_MAX + 1] = {0, kernel_1_1, kernel_2_1, kernel_3_1, kernel_4_1,
+                                            kernel_5_1, kernel_6_1, kernel_7_1, kernel_8_1};
+static const int GROUP[ROWS_MAX + 1] = {0, 4, 2, 2, 1, 1, 1, 1, 1};
+static const kernel_fn GROUPED[ROWS_MAX + 1] = {0, kernel_1_4, kernel_2_2, kernel_3_2, kernel_4_1,
+                                                kernel_5_1, kernel_6_1, kernel_7_1, kernel_8_1};
+#endif
 
 /* x [M, K] and y [M, N] row-major and contiguous, wp [ceil(N / 16), K, 16] contiguous; any M */
 void specbench_rows_gemm(const float *x, const float *wp, float *y, int64_t M, int64_t N, int64_t K) {
