@@ -1,11 +1,9 @@
 """For the experiments that time builds of the row product (kernels/cpu_rows.c) other than the one specbench loads:
 compile a source with cpu_rows.COMPILE_FLAGS, another -march and extra -D defines, into a directory, and return its
-entry point with its argument types (as cpu_rows._load sets them)."""
+entry point with its argument types (`cpu_rows.compile_to`, `cpu_rows.entry`)."""
 
 from __future__ import annotations
 
-import ctypes
-import subprocess
 from pathlib import Path
 
 from specbench.kernels import cpu_rows
@@ -14,15 +12,7 @@ from specbench.kernels import cpu_rows
 def build(source: str | Path, tmp: str | Path, name: str, march: str = "native", defines: tuple[str, ...] = ()):
     """specbench_rows_gemm(x, packed, y, M, N, K) of `source` built as cpu_rows builds it, but for -march=`march` and
     with -D`defines`, as `tmp`/`name`.so."""
-    obj, lib = Path(tmp) / f"{name}.o", Path(tmp) / f"{name}.so"
-    flags = [f"-march={march}" if f == "-march=native" else f for f in cpu_rows.COMPILE_FLAGS]
-    cc = cpu_rows._compiler()
-    subprocess.run([cc, *flags, *(f"-D{d}" for d in defines), "-c", str(source), "-o", str(obj)], check=True)
-    subprocess.run([cc, "-shared", str(obj), "-o", str(lib)], check=True)
-    fn = ctypes.CDLL(str(lib)).specbench_rows_gemm
-    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3
-    fn.restype = None
-    return fn
+    return cpu_rows.entry(cpu_rows.compile_to(Path(tmp) / f"{name}.so", Path(source), march, tuple(defines)))
 
 
 def smollm2_products() -> tuple[list, list]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import platform
 import shutil
@@ -72,21 +73,24 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
 
 def linear(x: torch.Tensor, packed: torch.Tensor, n: int) -> torch.Tensor:
     """x [..., K] @ weight.T in float32 on the CPU for the weight [n, K] that `pack` made `packed` of, each row's
-    result independent of the others (see above)."""
-    lib = _load()
+    result independent of the others (see above). It runs once per product of a forward, so its checks are kept to
+    what a few attribute reads cost (a few us a call)."""
+    lib = _lib if _lib is not None else _load()
     if lib is None:
         raise RuntimeError(f"specbench's CPU row product is unavailable: {_reason}")
-    if x.dtype != torch.float32 or packed.dtype != torch.float32 or x.device.type != "cpu":
+    shape = x.shape
+    k = shape[-1]
+    if x.dtype != torch.float32 or packed.dtype != torch.float32 or not x.is_cpu:
         raise ValueError(f"cpu_rows.linear takes float32 CPU tensors, got x {x.dtype} on {x.device}, "
                          f"packed weight {packed.dtype}")
-    flat = x.reshape(-1, x.shape[-1]).contiguous()
-    if packed.dim() != 3 or packed.shape[1] != flat.shape[1] or packed.shape[0] != -(-n // BLOCK) or \
-            packed.shape[2] != BLOCK or not packed.is_contiguous():
-        raise ValueError(f"cpu_rows.linear: x has inner size {flat.shape[1]}, packed weight {tuple(packed.shape)} "
-                         f"for {n} columns; want a contiguous [{-(-n // BLOCK)}, {flat.shape[1]}, {BLOCK}] from pack()")
-    out = torch.empty((flat.shape[0], n), dtype=torch.float32)
-    lib.specbench_rows_gemm(flat.data_ptr(), packed.data_ptr(), out.data_ptr(), flat.shape[0], n, flat.shape[1])
-    return out.view(*x.shape[:-1], n)
+    if packed.shape != (-(-n // BLOCK), k, BLOCK) or not packed.is_contiguous():
+        raise ValueError(f"cpu_rows.linear: x has inner size {k}, packed weight {tuple(packed.shape)} for {n} "
+                         f"columns; want a contiguous [{-(-n // BLOCK)}, {k}, {BLOCK}] from pack()")
+    if not x.is_contiguous():
+        x = x.contiguous()
+    out = torch.empty(shape[:-1] + (n,), dtype=torch.float32)
+    lib.specbench_rows_gemm(x.data_ptr(), packed.data_ptr(), out.data_ptr(), math.prod(shape[:-1]), n, k)
+    return out
 
 
 def _load() -> ctypes.CDLL | None:
@@ -94,11 +98,8 @@ def _load() -> ctypes.CDLL | None:
     if _lib is not None or _reason is not None:
         return _lib
     try:
-        path = _build()
-        lib = ctypes.CDLL(str(path))
-        fn = lib.specbench_rows_gemm
-        fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3
-        fn.restype = None
+        lib = ctypes.CDLL(str(_build()))
+        _entry(lib)
         _lib = lib
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         _reason = str(e).strip()[-500:] or type(e).__name__
@@ -124,14 +125,37 @@ def _build() -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
-        obj, lib = Path(tmp) / "cpu_rows.o", Path(tmp) / out.name
-        # compiled with OpenMP, linked without a runtime: the loop runs on the one torch has loaded
-        for cmd in ([cc, *COMPILE_FLAGS, "-c", str(SOURCE), "-o", str(obj)], [cc, "-shared", str(obj), "-o", str(lib)]):
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-400:]}")
-        os.replace(lib, out)
+        os.replace(compile_to(Path(tmp) / out.name, cc=cc), out)
     return out
+
+
+def compile_to(lib: Path, source: Path = SOURCE, march: str = "native", defines: tuple[str, ...] = (),
+               cc: str | None = None) -> Path:
+    """Compiles `source` with COMPILE_FLAGS (for -march=`march`, with -D`defines`) into the shared library `lib`, its
+    object file beside it; a RuntimeError with the compiler's message if a step fails. `_build` uses it for this CPU;
+    the tests and experiments/cpu/ build variants with it (`entry` loads one)."""
+    cc = cc or _compiler()
+    flags = [f"-march={march}" if f == "-march=native" else f for f in COMPILE_FLAGS]
+    obj = lib.with_suffix(".o")
+    # compiled with OpenMP, linked without a runtime: the loop runs on the one torch has loaded
+    for cmd in ([cc, *flags, *(f"-D{d}" for d in defines), "-c", str(source), "-o", str(obj)],
+                [cc, "-shared", str(obj), "-o", str(lib)]):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-400:]}")
+    return lib
+
+
+def entry(lib_path: Path):
+    """specbench_rows_gemm(x, packed, y, M, N, K) of a library `compile_to` made, with its argument types set."""
+    return _entry(ctypes.CDLL(str(lib_path)))
+
+
+def _entry(lib: ctypes.CDLL):
+    fn = lib.specbench_rows_gemm
+    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3
+    fn.restype = None
+    return fn
 
 
 def _cpu_flags() -> str:

@@ -583,11 +583,9 @@ def time_cpu_forms(*objects: Any) -> int:
                 _time_forms(weight, todo, half)
             timed += len(todo)
         for weight, half in every:  # the copies the chosen forms read, made now rather than in the timed run
-            chosen = [_CPU_FORMS[_form_key(weight, rows, half)] for rows in _every_timed_rows()]
-            if any(form == "packed" for form, _ in chosen):
-                _onednn_copy(weight)
-            if any(form == "rows" for form, _ in chosen):
-                _copy(weight, "rows")
+            chosen = {_CPU_FORMS[_form_key(weight, rows, half)][0] for rows in _every_timed_rows()}
+            for kind in sorted(chosen & {"packed", "rows"}):  # the forms that read a copy of the weight
+                _copy(weight, kind)
     return timed
 
 

@@ -106,15 +106,7 @@ def test_an_avx2_only_build_gives_the_native_builds_bits(tmp_path):
     """Built for AVX2 alone (-march=haswell: 8-float vectors, two a block of 16 columns) the product sums every output
     in the same order as the native build, so the bits are the same, at every row count (and its 8 rows a pass
     against the native build's 16 with AVX-512 change nothing either)."""
-    import ctypes
-    import subprocess
-
-    flags = ["-march=haswell" if f == "-march=native" else f for f in cpu_rows.COMPILE_FLAGS]
-    cc = cpu_rows._compiler()
-    subprocess.run([cc, *flags, "-c", str(cpu_rows.SOURCE), "-o", str(tmp_path / "k.o")], check=True)
-    subprocess.run([cc, "-shared", str(tmp_path / "k.o"), "-o", str(tmp_path / "k.so")], check=True)
-    fn = ctypes.CDLL(str(tmp_path / "k.so")).specbench_rows_gemm
-    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3
+    fn = cpu_rows.entry(cpu_rows.compile_to(tmp_path / "k.so", march="haswell"))
     g = torch.Generator().manual_seed(11)
     n, k = 45, 37
     w, x = torch.randn(n, k, generator=g), torch.randn(37, k, generator=g)
