@@ -187,6 +187,7 @@ class Engine:
         # the host's per-row lengths and active flags go back to the device through one pinned buffer,
         # copied without blocking the host (pageable torch.tensor(list) copies block on CUDA)
         staging = torch.empty((2, bsz), dtype=torch.long, pin_memory=dev.type == "cuda")
+        staged = staging.numpy()  # written through numpy: no torch op (and no tensor from a list) on the host
 
         while any(active):
             clock.mark()
@@ -238,8 +239,7 @@ class Engine:
                 lengths_host[b] += len(new)
                 emitted_count += len(new)
                 self._maybe_finish(row, b, active, now - origin[b])
-            staging[0] = torch.as_tensor(lengths_host)
-            staging[1] = torch.as_tensor(active)
+            staged[0], staged[1] = lengths_host, active
             on_device = staging.to(dev, non_blocking=True)
             state.lengths, state.active = on_device[0], on_device[1].bool()
             state.target_hidden, state.target_layer_hidden, state.target_positions = out.hidden, out.layer_hidden, positions

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -224,6 +224,9 @@ class Proposer(ABC):
         self.seen: list[int] = []  # per row: committed positions < seen[b] are in the draft's cache
         self.features: torch.Tensor | None = None  # [B, S, H] the target's features by position (hidden-state drafters)
         self.floor = torch.zeros((1, 1), dtype=torch.long, device=ctx.device)  # [B, 1] each row's prompt length
+        # small index tensors a step needs again and again (catch-up offsets, last-column indices), made once: each
+        # launch between the step's sync and the first draft forward leaves the GPU idle on a CUDA host
+        self._consts: dict[tuple, torch.Tensor] = {}
         self.last_logits: torch.Tensor | None = None  # the catch-up forward's logits (parallel: all K positions)
         self.draft_forwards = 0  # draft forwards run by propose() (results.json: draft forwards per step)
         # the draft's own noise, independent of the verifier's (seed + 1); reseed() restarts it
@@ -363,7 +366,8 @@ class Proposer(ABC):
             return DraftOutput(logits=self.runner(tokens, positions, attn_len=attn_len, slots=slots,
                                                   tree_path=tree_path).logits)
         t = tokens.shape[1]  # a 1-token step needs no column index (one launch less per draft forward)
-        last = torch.full((tokens.shape[0], 1), t - 1, device=tokens.device) if t > 1 else None
+        last = self._const(("last", tokens.shape[0], t), lambda: torch.full((tokens.shape[0], 1), t - 1,
+                                                                          device=tokens.device)) if t > 1 else None
         return DraftOutput(logits=self.runner(tokens, positions, attn_len=attn_len, logits_at=last).logits)
 
     def lookup(self, state: DecodeState) -> torch.Tensor | Draft:
@@ -574,10 +578,20 @@ class Proposer(ABC):
     # -- helpers ---------------------------------------------------------------------------------------------
     def _forward(self, state: DecodeState, t: int, attn_len: int, end: int = 0) -> DraftOutput:
         """Draft forward over each row's committed tokens at positions [L-end-t, L-end)."""
-        positions = torch.maximum(state.lengths[:, None] - end - t + torch.arange(t, device=self.device), self.floor)
+        offsets = self._const(("catch_up", t, end), lambda: torch.arange(t, device=self.device) - end - t)
+        positions = state.lengths[:, None] + offsets
+        if any(n - end - t < p for n, p in zip(state.lengths_host, state.prompt_lengths)):  # else none is below
+            positions = torch.maximum(positions, self.floor)  # a row's prompt (one launch less in a long decode)
         self.draft_forwards += 1
         return self.draft_forward(state.tokens.gather(1, positions), positions, self._features_before(positions),
                                   attn_len)
+
+    def _const(self, key: tuple, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """A constant index tensor made once per key (never written in place by its users)."""
+        hit = self._consts.get(key)
+        if hit is None:
+            hit = self._consts[key] = make()
+        return hit
 
     def _feed(self, *args: Any, **kwargs: Any) -> DraftOutput:
         """draft_forward for the tree expansions (trees.py), counted."""
