@@ -3,8 +3,8 @@
 # AL 2.8, k=3, batch 1, batch-invariant kernels, the first job of a fresh process) with the checkout's package
 # ("after") and with a copy of an older one in ab_before/specbench ("before"; made beside the checkout with
 #   git archive <commit> specbench pyproject.toml | tar -x -C ab_before && rm -rf ab_before/specbench/checkpoints
-# and carried as an untracked folder), each in its own process, in turns. `python -m` puts the working directory first
-# on sys.path, so each side runs from its own folder.
+# and carried as an untracked folder; any other side name X runs ab_X/ alike), each in its own process, in turns.
+# `python -m` puts the working directory first on sys.path, so each side runs from its own folder.
 #   bash experiments/gpu/ab_host.sh "$OUT" [order, default "before after"]
 set -u
 out=${1:-/tmp/ab}; mkdir -p "$out"
@@ -13,7 +13,7 @@ export WANDB_MODE=disabled PYTHONUNBUFFERED=1
 i=0
 for side in ${2:-before after}; do
   i=$((i + 1))
-  dir=$root; [ "$side" = before ] && dir=$root/ab_before
+  dir=$root; [ "$side" = after ] || dir=$root/ab_$side
   ( cd "$dir" && timeout 150 python3 -m specbench logger=none engine.ignore_eos=true target=qwen3-8b-random \
       draft=qwen3-0.6b-random strategy=draft_model strategy.k=3 verify.synthetic_acceptance_length=2.8 dataset=builtin \
       max_new_tokens=128 hydra.run.dir="$out/$i-$side" > "$out/$i-$side.txt" 2>&1 )
