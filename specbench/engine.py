@@ -196,6 +196,7 @@ class Engine:
         # through a pinned buffer and an event, so the wait is for the verify only, not for that forward
         ahead = self.proposer.prelaunches and not continuous
         result_host = torch.empty((bsz, k + 2), dtype=torch.long, pin_memory=dev.type == "cuda") if ahead else None
+        ready = torch.cuda.Event() if ahead and dev.type == "cuda" else None  # recorded after each step's copy
         prelaunched = False
 
         while any(active):
@@ -224,7 +225,6 @@ class Engine:
             prelaunched = False
             if ahead and draft.chain and result.shape[1] == k + 2:
                 result_host.copy_(result, non_blocking=True)
-                ready = torch.cuda.Event() if dev.type == "cuda" else None
                 if ready is not None:
                     ready.record()
                 clock.mark()  # the next step's draft phase starts with its prelaunched forward
