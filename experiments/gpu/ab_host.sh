@@ -2,7 +2,8 @@
 # A/B of a package change through the CLI on one device machine: frontdoor.sh's block 1 job (8B + 0.6B, synthetic
 # AL 2.8, k=3, batch 1, batch-invariant kernels, the first job of a fresh process) with the checkout's package
 # ("after") and with a copy of an older one in ab_before/specbench ("before"; made beside the checkout with
-#   git archive <commit> specbench pyproject.toml | tar -x -C ab_before && rm -rf ab_before/specbench/checkpoints
+#   git archive <commit> specbench conf pyproject.toml | tar -x -C ab_before && rm -rf ab_before/specbench/checkpoints
+# (conf/ too: Hydra reads it beside the package; on 2026-12-06 a copy without it failed at once)
 # and carried as an untracked folder; any other side name X runs ab_X/ alike), each in its own process, in turns.
 # `python -m` puts the working directory first on sys.path, so each side runs from its own folder.
 #   bash experiments/gpu/ab_host.sh "$OUT" [order, default "before after"]
