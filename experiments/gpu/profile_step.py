@@ -15,6 +15,7 @@ The job's results and the CLI's table are as without the profiler, except that t
 
 from __future__ import annotations
 
+import atexit
 import collections
 import gzip
 import os
@@ -113,6 +114,13 @@ def _report(prof, timing, proposer: str) -> None:
     print("\n".join(lines[:4]), file=sys.stderr)
 
 
+def _said_nothing() -> None:
+    if not (OUT / "summary.txt").exists():
+        print(f"profile_step.py: nothing profiled: the {SIDE} side ran {_seen[SIDE]} timed batches, PROFILE_BATCH is "
+              f"{BATCH}", file=sys.stderr)
+
+
+atexit.register(_said_nothing)
 engine_mod.Engine.generate = generate
 sys.argv = ["specbench", *sys.argv[1:]]
 runpy.run_module("specbench", run_name="__main__", alter_sys=True)
