@@ -43,9 +43,18 @@ for e in b[1:]:
         first = e["ts"]
     last = max(last, end(e))
 parts.append((first, last))
-print(f"step {pick}: GPU segments split at gaps > 2 us (ms from the burst's start, length):")
+print(f"step {pick}: GPU segments split at gaps > 2 us (ms from the burst's start, length; for a segment over 0.5 ms, "
+      "its kernels' time by name, us, and count):")
 for s, e in parts:
     print(f"  {(s - b[0]['ts']) / 1e3:7.3f}  {(e - s) / 1e3:7.3f}")
+    if e - s > 500:
+        by_name: dict[str, list[float]] = {}
+        for x in b:
+            if s <= x["ts"] < e:
+                by_name.setdefault(x["name"][:40], [0.0, 0])[0] += x["dur"]
+                by_name[x["name"][:40]][1] += 1
+        for name, (us, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:8]:
+            print(f"            {name:40} {us:8.1f} {n:4d}")
 nxt = steps[pick + 1][0]["ts"]
 print(f"host ops from step {pick}'s last kernel to step {pick + 1}'s first ({(nxt - end(b[-1])) / 1e3:.3f} ms idle; "
       "us from that last kernel, duration us):")
