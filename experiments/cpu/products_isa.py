@@ -15,11 +15,10 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 import torch
 
-from rows_build import build, smollm2_products  # experiments/cpu/rows_build.py, beside this script
+from rows_build import build, entry_product, smollm2_products, time_pass  # experiments/cpu/rows_build.py, beside this script
 
 ROUNDS = 7
 ROWS = tuple(int(r) for r in os.environ.get("PRODUCTS_ROWS", "1,2,4,6,8").split(","))
@@ -44,23 +43,13 @@ def main() -> None:
             outs.append(out)
         print("every build gives the same bits at 6 rows:", all(torch.equal(o, outs[0]) for o in outs))
 
-        def sweep(m: int, form: str) -> float:
-            xs = {w.shape[1]: torch.randn(m, w.shape[1]) for w in ws}
-            start = time.perf_counter()
-            for w, p in zip(ws, ps):
-                x = xs[w.shape[1]]
-                if form == "F.linear":
-                    torch.nn.functional.linear(x, w)
-                else:
-                    out = torch.empty(m, w.shape[0])
-                    fns[form](x.data_ptr(), p.data_ptr(), out.data_ptr(), m, w.shape[0], w.shape[1])
-            return time.perf_counter() - start
-
-        cases = [(m, f) for m in ROWS for f in ["F.linear", *fns]]
+        forms = {"F.linear": lambda x, w, p: torch.nn.functional.linear(x, w),
+                 **{name: entry_product(fn) for name, fn in fns.items()}}
+        cases = [(m, f) for m in ROWS for f in forms]
         times = {c: [] for c in cases}
         for _ in range(ROUNDS + 1):
-            for c in cases:
-                times[c].append(sweep(*c))
+            for m, form in cases:
+                times[m, form].append(time_pass(ws, ps, m, forms[form]))
     print("| rows | " + " | ".join(["F.linear", *fns]) + " |\n|" + " --- |" * (len(fns) + 2))
     for m in ROWS:
         print(f"| {m} | " + " | ".join(f"{statistics.median(times[m, f][1:]) * 1e3:.1f}" for f in ["F.linear", *fns]) + " |")

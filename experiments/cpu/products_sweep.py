@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 
 import torch
 
 from specbench.kernels import cpu_rows
-from rows_build import build, smollm2_products  # experiments/cpu/rows_build.py, beside this script
+from rows_build import build, entry_product, smollm2_products, time_pass  # experiments/cpu/rows_build.py, beside this script
 
 ROUNDS = 9
 CASES = [(1, "F.linear"), (1, "weight @ x.T"), (1, "rows"), (1, "rows, no prefetch"), (2, "rows"),
@@ -31,26 +30,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
         plain = build(cpu_rows.SOURCE, tmp, "no-prefetch", defines=("PREFETCH_K=0",))
 
-        def sweep(m: int, form: str) -> float:
-            xs = {w.shape[1]: torch.randn(m, w.shape[1]) for w in ws}
-            start = time.perf_counter()
-            for w, p in zip(ws, ps):
-                x = xs[w.shape[1]]
-                if form == "F.linear":
-                    torch.nn.functional.linear(x, w)
-                elif form == "weight @ x.T":
-                    w @ x.T
-                elif form == "rows":
-                    cpu_rows.linear(x, p, w.shape[0])
-                else:
-                    out = torch.empty(m, w.shape[0])
-                    plain(x.data_ptr(), p.data_ptr(), out.data_ptr(), m, w.shape[0], w.shape[1])
-            return time.perf_counter() - start
-
+        forms = {"F.linear": lambda x, w, p: torch.nn.functional.linear(x, w), "weight @ x.T": lambda x, w, p: w @ x.T,
+                 "rows": lambda x, w, p: cpu_rows.linear(x, p, w.shape[0]), "rows, no prefetch": entry_product(plain)}
         times = {c: [] for c in CASES}
         for _ in range(ROUNDS + 1):
-            for c in CASES:
-                times[c].append(sweep(*c))
+            for m, form in CASES:
+                times[m, form].append(time_pass(ws, ps, m, forms[form]))
     one = statistics.median(times[1, "F.linear"][1:])
     print("| rows | form | ms a pass | against F.linear at 1 row |\n| --- | --- | --- | --- |")
     for m, form in CASES:

@@ -28,6 +28,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from specbench import engine as engine_mod
+from specbench.strategies.none import TargetOnly
 
 OUT = Path(os.environ.get("PROFILE_OUT", "profile"))
 SIDE = os.environ.get("PROFILE_SIDE", "strategy")
@@ -45,7 +46,7 @@ def _sync() -> None:
 
 
 def _side(engine) -> str:
-    return "baseline" if type(engine.proposer).__name__ in ("NoneProposer", "TargetOnly", "NoProposer") else "strategy"
+    return "baseline" if isinstance(engine.proposer, TargetOnly) else "strategy"
 
 
 def generate(self, prompts, on_step=None, **kw):
