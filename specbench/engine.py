@@ -72,6 +72,10 @@ class _PhaseClock:
         else:
             self.marks.append(time.perf_counter())
 
+    def unmark(self) -> None:
+        """Forget the last mark."""
+        self.marks.pop()
+
     def seconds(self) -> list[float]:
         """Durations between consecutive marks (synchronises once on CUDA)."""
         if self.cuda:
@@ -187,9 +191,17 @@ class Engine:
         # the host's per-row lengths and active flags go back to the device through one pinned buffer,
         # copied without blocking the host (pageable torch.tensor(list) copies block on CUDA)
         staging = torch.empty((2, bsz), dtype=torch.long, pin_memory=dev.type == "cuda")
+        staged = staging.numpy()  # written through numpy: no torch op (and no tensor from a list) on the host
+        # the next step's catch-up forward before the sync (Proposer.prelaunch): the step's result then comes back
+        # through a pinned buffer and an event, so the wait is for the verify only, not for that forward
+        ahead = self.proposer.prelaunches and not continuous
+        result_host = torch.empty((bsz, k + 2), dtype=torch.long, pin_memory=dev.type == "cuda") if ahead else None
+        ready = torch.cuda.Event() if ahead and dev.type == "cuda" else None  # recorded after each step's copy
+        prelaunched = False
 
         while any(active):
-            clock.mark()
+            if not prelaunched:  # else the mark before the prelaunch began this step's draft phase
+                clock.mark()
             # 1) propose K drafts per row
             draft = self.proposer.propose(state)
             clock.mark()
@@ -209,7 +221,21 @@ class Engine:
             state.tokens.scatter_(1, positions[:, : k + 1] + 1, emitted)  # beyond a row's new length it is garbage
             clock.mark()
             # 4) commit on the host: the one synchronisation of the step
-            host = torch.cat([verdict.accepted[:, None], emitted], dim=1).tolist()
+            result = torch.cat([verdict.accepted[:, None], emitted], dim=1)  # [B, K+2]
+            prelaunched = False
+            if ahead and draft.chain and result.shape[1] == k + 2:
+                result_host.copy_(result, non_blocking=True)
+                if ready is not None:
+                    ready.record()
+                clock.mark()  # the next step's draft phase starts with its prelaunched forward
+                prelaunched = self.proposer.prelaunch(state, state.lengths + (verdict.accepted + 1) * state.active)
+                if not prelaunched:
+                    clock.unmark()  # nothing ran: the loop's own mark begins the next step
+                if ready is not None:
+                    ready.synchronize()
+                host = result_host.tolist()
+            else:
+                host = result.tolist()
             now = time.perf_counter() - t0
             old_lengths = list(lengths_host)
             accepted_host = [row[0] for row in host]
@@ -238,8 +264,7 @@ class Engine:
                 lengths_host[b] += len(new)
                 emitted_count += len(new)
                 self._maybe_finish(row, b, active, now - origin[b])
-            staging[0] = torch.as_tensor(lengths_host)
-            staging[1] = torch.as_tensor(active)
+            staged[0], staged[1] = lengths_host, active
             on_device = staging.to(dev, non_blocking=True)
             state.lengths, state.active = on_device[0], on_device[1].bool()
             state.target_hidden, state.target_layer_hidden, state.target_positions = out.hidden, out.layer_hidden, positions
@@ -253,7 +278,8 @@ class Engine:
                 admit_clock.mark()
             if on_step:
                 on_step(emitted_count)
-        clock.mark()
+        if not prelaunched:  # else the prelaunch's mark ended the last step (its forward is never used)
+            clock.mark()
         phases = clock.seconds()  # per step: draft, verify, commit (+ the gap to the next step's mark)
         timing.draft_s = sum(phases[0::3])
         timing.verify_s = sum(phases[1::3])

@@ -31,23 +31,28 @@ class OutOfVocabGuard(RunnerWrapper):
     target verifies, and the draft's q is zero there). Everything else is the wrapped runner's.
     """
 
-    def __init__(self, runner: Runner, fallback_id: int = 0) -> None:
+    def __init__(self, runner: Runner, fallback_id: int = 0, target_vocab: int | None = None) -> None:
         self.runner = runner
         self.fallback_id = fallback_id
+        # a target whose ids all fit the draft's vocabulary needs no mapping (three launches a draft forward less)
+        self.needed = not target_vocab or target_vocab > runner.vocab_size
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, *args: Any, **kwargs: Any) -> ForwardOutput:
-        tokens = tokens.masked_fill(tokens >= self.runner.vocab_size, self.fallback_id)  # [B, T]
+        if self.needed:
+            tokens = tokens.masked_fill(tokens >= self.runner.vocab_size, self.fallback_id)  # [B, T]
         return self.runner(tokens, positions, *args, **kwargs)
 
 
 
 def make_draft_runner(hf_model: nn.Module, backend: str = "auto", num_layers: int | None = None,
-                      graphs: bool = False, batch_invariant: bool = True) -> OutOfVocabGuard:
+                      graphs: bool = False, batch_invariant: bool = True,
+                      target_vocab: int | None = None) -> OutOfVocabGuard:
     """The draft's runner, chosen from the DRAFT's own config (under CUDA graphs when `graphs` and it is
-    our decoder), guarded against target-only ids."""
+    our decoder), guarded against target-only ids (ids of the draft's tokenizer, or the target's: `target_vocab`,
+    its size, when the draft shares the target's ids; the guard then runs only where the draft's is smaller)."""
     pad = getattr(getattr(hf_model.config, "text_config", hf_model.config), "pad_token_id", None)
     runner = maybe_graphed(make_vlm_aware_runner(hf_model, backend, num_layers, batch_invariant, graphs=graphs), graphs)
-    return OutOfVocabGuard(runner, pad if isinstance(pad, int) and 0 <= pad < runner.vocab_size else 0)
+    return OutOfVocabGuard(runner, pad if isinstance(pad, int) and 0 <= pad < runner.vocab_size else 0, target_vocab)
 
 
 def first_disagreement(draft_tok: Any, target_tok: Any) -> tuple[int, str, str] | None:

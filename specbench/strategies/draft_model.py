@@ -47,7 +47,7 @@ class DraftModelProposer(Proposer):
         raise_if_tokenizers_disagree(ctx.draft.tokenizer, ctx.target.tokenizer, ctx.draft.spec.label, ctx.target.spec.label)
         # chosen from the DRAFT's own config: a VLM draft gets images (begin_batch), a text draft plain positions
         self.runner = make_draft_runner(ctx.draft.model, ctx.backend, graphs=self.use_graphs,
-                                        batch_invariant=ctx.batch_invariant)
+                                        batch_invariant=ctx.batch_invariant, target_vocab=ctx.target.vocab_size)
 
     @classmethod
     def validate(cls, cfg: Mapping[str, Any]) -> None:

@@ -352,3 +352,36 @@ def test_parallel_drafting_is_one_forward_per_step(target, tmp_path):
     assert timing.draft_forwards == timing.steps
     assert isinstance(prop.draft_forward(torch.zeros((1, 1), dtype=torch.long), torch.ones((1, 1), dtype=torch.long),
                                          torch.zeros((1, 1, target.model.config.hidden_size)), 4), DraftOutput)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_catch_up_run_ahead_of_the_sync_changes_no_token(target, monkeypatch, temperature):
+    """Proposer.prelaunch: under fixed_catch_up (forced on here; on CUDA it is on with graphs) the engine runs the next
+    step's catch-up forward before it waits for the step's result, at the lengths the device computes. Every row's
+    tokens, acceptances and draft count equal those of the same run without it, at T = 0 (target-only decoding's
+    tokens) and at T = 1 (the same seed), while rows finish at different steps (a finished row's garbage forward must
+    not reach the others)."""
+    draft = perturbed(target, 0.05 if temperature == 0 else 0.3)  # rows advance (and end) at different steps
+    sp = SamplingParams(temperature=temperature, seed=3)
+    prompts = ragged_prompts(V, (5, 9, 3, 12))
+    runs, used = [], []
+    for ahead in (False, True):
+        with monkeypatch.context() as m:
+            if not ahead:
+                m.setattr(DraftModelProposer, "prelaunches", property(lambda self: False))
+            prop = DraftModelProposer(_ctx(target, draft, sp, graphs=True), k=3)
+            prop.fixed_catch_up = True
+            real = prop.prelaunch
+            m.setattr(prop, "prelaunch", lambda *a: used.append(real(*a)) or used[-1])
+            engine = Engine(make_runner(target.model), prop, Verifier(sp, CPU), max_new_tokens=17, eos_ids=set(),
+                            device=CPU)
+            rows, timing = engine.generate(prompts)
+        runs.append(([(r.output_ids, r.accepted_at, r.drafts) for r in rows], timing.steps, timing.draft_forwards))
+        if ahead:
+            assert sum(used) >= timing.steps - 3 and len(set(r.drafts for r in rows)) > 1  # ran; rows ended apart
+            assert timing.draft_s > 0 and timing.verify_s > 0
+        else:
+            assert not used
+    assert runs[0] == runs[1]
+    if temperature == 0:
+        assert [out for out, _, _ in runs[1][0]] == hf_greedy(target.model, prompts, 17)
