@@ -107,6 +107,11 @@ class Engine:
         self.want_hidden = proposer.pass_hidden_states_to_model
         self.hidden_layers = proposer.hidden_layers()
         self.min_cache_len = 0  # see reserve()
+        # target-only decoding (k = 0) runs its next forward ahead of the step's sync, as a drafter's catch-up does
+        # (Proposer.prelaunch), where that forward replays a CUDA graph: there the graph reads the whole cache whatever
+        # attn_len says, so the forward is the one the next step would run. The CPU tests turn it on over the graph
+        # runner's eager path, which reads the whole cache too.
+        self.target_runs_ahead = device.type == "cuda" and bool(getattr(target_runner, "capture", False))
 
     def cache_len(self, prompt_len: int) -> int:
         """Slots a row needs: prompt + new tokens + one full verify window (every draft node) past the last commit."""
@@ -194,24 +199,33 @@ class Engine:
         staged = staging.numpy()  # written through numpy: no torch op (and no tensor from a list) on the host
         # the next step's catch-up forward before the sync (Proposer.prelaunch): the step's result then comes back
         # through a pinned buffer and an event, so the wait is for the verify only, not for that forward
+        # (target-only: its next 1-token forward, the same way)
         ahead = self.proposer.prelaunches and not continuous
-        result_host = torch.empty((bsz, k + 2), dtype=torch.long, pin_memory=dev.type == "cuda") if ahead else None
-        ready = torch.cuda.Event() if ahead and dev.type == "cuda" else None  # recorded after each step's copy
-        prelaunched = False
+        ahead_target = k == 0 and self.target_runs_ahead and not continuous
+        result_host = (torch.empty((bsz, k + 2), dtype=torch.long, pin_memory=dev.type == "cuda")
+                       if ahead or ahead_target else None)
+        ready = torch.cuda.Event() if result_host is not None and dev.type == "cuda" else None  # after each copy
+        marked = 0  # the next step's phase marks made already: 1 (a prelaunch's draft start), 2 (target-only's too)
+        target_out: ForwardOutput | None = None  # target-only's next forward, run ahead
 
         while any(active):
-            if not prelaunched:  # else the mark before the prelaunch began this step's draft phase
+            if marked < 1:  # else the mark before the run-ahead began this step's draft phase
                 clock.mark()
             # 1) propose K drafts per row
             draft = self.proposer.propose(state)
-            clock.mark()
+            if marked < 2:
+                clock.mark()
+            marked = 0
             n_drafted = draft.tokens.shape[1]  # K_step: k, or fewer under an adaptive K schedule
             if draft.chain:
                 # 2) verify: one target forward over [pending token, d_1..d_K] at positions L-1 .. L-1+K
                 positions = state.lengths[:, None] - 1 + steps[: n_drafted + 1]  # [B, K+1]
-                inputs = torch.cat([state.tokens.gather(1, positions[:, :1]), draft.tokens], dim=1)
-                out = self.target(inputs, positions, attn_len=max(lengths_host) + k,
-                                  want_hidden=self.want_hidden, hidden_layers=self.hidden_layers)
+                if target_out is not None:  # target-only: run ahead at these positions, with these tokens
+                    out, target_out = target_out, None
+                else:
+                    inputs = torch.cat([state.tokens.gather(1, positions[:, :1]), draft.tokens], dim=1)
+                    out = self.target(inputs, positions, attn_len=max(lengths_host) + k,
+                                      want_hidden=self.want_hidden, hidden_layers=self.hidden_layers)
                 # 3) accept: n drafts per row, then the correction or bonus token
                 verdict = self.verifier(draft.tokens, draft.probs, out.logits)
                 emitted = torch.cat([draft.tokens, verdict.next_token[:, None]], dim=1)  # [B, K+1]
@@ -222,14 +236,21 @@ class Engine:
             clock.mark()
             # 4) commit on the host: the one synchronisation of the step
             result = torch.cat([verdict.accepted[:, None], emitted], dim=1)  # [B, K+2]
-            prelaunched = False
-            if ahead and draft.chain and result.shape[1] == k + 2:
+            if result_host is not None and draft.chain and result.shape[1] == k + 2:
                 result_host.copy_(result, non_blocking=True)
                 if ready is not None:
                     ready.record()
-                clock.mark()  # the next step's draft phase starts with its prelaunched forward
-                prelaunched = self.proposer.prelaunch(state, state.lengths + (verdict.accepted + 1) * state.active)
-                if not prelaunched:
+                clock.mark()  # the next step's draft phase starts with the forward run ahead
+                lengths_after = state.lengths + (verdict.accepted + 1) * state.active  # an active row's, on the device
+                if ahead_target:
+                    clock.mark()  # target-only drafts nothing: its verify phase starts here too
+                    at = lengths_after[:, None] - 1  # the pending token each row's next step feeds
+                    target_out = self.target(state.tokens.gather(1, at), at, attn_len=max(lengths_host) + 2,
+                                             want_hidden=self.want_hidden, hidden_layers=self.hidden_layers)
+                    marked = 2
+                elif self.proposer.prelaunch(state, lengths_after):
+                    marked = 1
+                else:
                     clock.unmark()  # nothing ran: the loop's own mark begins the next step
                 if ready is not None:
                     ready.synchronize()
@@ -278,8 +299,10 @@ class Engine:
                 admit_clock.mark()
             if on_step:
                 on_step(emitted_count)
-        if not prelaunched:  # else the prelaunch's mark ended the last step (its forward is never used)
+        if not marked:  # else the run-ahead's first mark ends the last step (its forward is never used)
             clock.mark()
+        elif marked == 2:
+            clock.unmark()
         phases = clock.seconds()  # per step: draft, verify, commit (+ the gap to the next step's mark)
         timing.draft_s = sum(phases[0::3])
         timing.verify_s = sum(phases[1::3])

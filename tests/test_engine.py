@@ -210,3 +210,34 @@ def test_speculative_sampling_follows_the_target_distribution(params):
 def test_the_distribution_test_fails_against_a_wrong_acceptance_rule():
     c1, p1, c2, p2, _ = _sample_two_tokens(SHAPES[0], rule=resample_from_p)
     assert min(chisquare_pvalue(c1, p1), chisquare_pvalue(c2, p2)) < 1e-6
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_target_only_run_ahead_of_the_sync_changes_no_token(temperature):
+    """Engine.target_runs_ahead (on where the target replays CUDA graphs; forced on here over the graph runner's eager
+    path): target-only decoding's next forward is launched before the step's sync. Every row's tokens equal those of
+    the same run without it, at T = 0 (transformers' greedy tokens, cut at the stop token) and at T = 1 (the same
+    seed), with rows that end at different steps (a stop token), and the phase clock still gives each step its
+    three phases."""
+    from specbench_testing import cut_at_commonest_token
+
+    from specbench.models.cuda_graphs import GraphedRunner
+
+    target = tiny("tiny-llama")
+    prompts = ragged_prompts(101, (5, 9, 3))
+    stop, cut = cut_at_commonest_token(hf_greedy(target.model, prompts, 15))
+    assert len({len(c) for c in cut}) > 1  # rows end apart
+    sp = SamplingParams(temperature=temperature, seed=5)
+    runs = []
+    for ahead in (False, True):
+        runner = GraphedRunner(make_runner(target.model), capture=False)
+        ctx = BuildContext(target=target, target_runner=runner, draft=None, sampling=sp, device=CPU)
+        engine = Engine(runner, TargetOnly(ctx), Verifier(sp, CPU), max_new_tokens=15, eos_ids={stop}, device=CPU)
+        assert not engine.target_runs_ahead  # off on the CPU unless asked
+        engine.target_runs_ahead = ahead
+        rows, timing = engine.generate(prompts)
+        assert timing.verify_s > 0 and timing.steps == max(len(r.output_ids) for r in rows) - 1
+        runs.append([r.output_ids for r in rows])
+    assert runs[0] == runs[1]
+    if temperature == 0:
+        assert runs[1] == cut
