@@ -41,6 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
 from specbench.metrics import speed_terms
 
 COLUMNS = ("job", "strategy", "settings", "k", "temperature", "top_k", "top_p", "target", "draft", "dataset",
@@ -232,12 +235,22 @@ def _label(job_dir: Path, root: Path, several_roots: bool) -> str:
     return f"{root.name}/{label}" if several_roots else label
 
 
+def _setting_text(value: Any) -> str:
+    """A setting's value with no space in it, so `key=value` pairs split on spaces: a mapping (eagle_auto's
+    confidence_threshold) as {chain:0.3,dynamic:0.4}, a list as [1,2]."""
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{_setting_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_setting_text(v) for v in value) + "]"
+    return str(value)
+
+
 def settings_of(results: Mapping[str, Any]) -> str:
     """The strategy's own options (num_layers, min_n ...) from the job's config, as `key=value` pairs."""
     cfg = _get(results, "config", "strategy")
     if not isinstance(cfg, Mapping):
         return ""
-    return " ".join(f"{key}={value}" for key, value in sorted(cfg.items()) if key not in _NOT_SETTINGS)
+    return " ".join(f"{key}={_setting_text(value)}" for key, value in sorted(cfg.items()) if key not in _NOT_SETTINGS)
 
 
 def job_row(results: Mapping[str, Any], label: str) -> dict[str, Any]:
@@ -551,9 +564,9 @@ def _csv_text(header: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def _job_title(job: Job) -> str:
+def _job_title(job: Job, settings: str) -> str:
     r = job.row
-    extra = f" {r['settings']}" if r["settings"] else ""
+    extra = f" {settings}" if settings else ""
     return f"{job.label}: {r['strategy']}{extra} k={r['k']} T={_fmt(r['temperature'])}"
 
 
@@ -565,10 +578,11 @@ def category_tables(jobs: Sequence[Job]) -> tuple[str, list[dict[str, Any]]]:
     cats = sorted({c for j in with_cats for c in j.results["by_category"]})
     long_rows: list[dict[str, Any]] = []
     tables = {"acceptance_length": [], "speedup": []}
-    for j in with_cats:
+    shown, _ = _settings_per_strategy([j.row for j in with_cats])  # as in the main table: what tells jobs apart
+    for j, settings in zip(with_cats, shown):
         by = j.results["by_category"]
-        al_row: list[Any] = [_job_title(j)]
-        sp_row: list[Any] = [_job_title(j)]
+        al_row: list[Any] = [_job_title(j, settings)]
+        sp_row: list[Any] = [_job_title(j, settings)]
         for c in cats:
             block = by.get(c) or {}
             al, sp = _get(block, "strategy", "acceptance_length"), _get(block, "speedup", "speedup")
@@ -597,8 +611,24 @@ def _short(value: Any) -> str:
     return "/".join(Path(text).parts[-2:]) if "/" in text else text
 
 
-def _settings(row: Mapping[str, Any]) -> dict[str, str]:
-    return {k: v for k, v in (kv.split("=", 1) for kv in str(row["settings"] or "").split()) if v != "None"}
+def _settings(row: Mapping[str, Any], keep_none: bool = False) -> dict[str, str]:
+    """A row's settings string back as {key: value}. It splits only before `key=`, so a value with a space in it (a
+    path; a mapping as older results.json files wrote it, {'chain': 0.3, ...}) stays whole."""
+    pairs = (kv.split("=", 1) for kv in re.split(r"\s+(?=[A-Za-z_][\w.]*=)", str(row["settings"] or "").strip()) if "=" in kv)
+    return {k: v for k, v in pairs if keep_none or v != "None"}
+
+
+def _settings_per_strategy(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], dict[str, str]]:
+    """For report.md: each row's settings that differ between the jobs of its strategy (a job lacking one counts as
+    None), and per strategy the settings all its jobs share, shown once under the table (report.csv keeps them all)."""
+    each: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for r in rows:
+        each[str(r["strategy"])].append(_settings(r, keep_none=True))
+    shared = {s: {k: v for k, v in all_[0].items() if all(one.get(k) == v for one in all_)} for s, all_ in each.items()}
+    shown = [" ".join(f"{k}={v}" for k, v in _settings(r, keep_none=True).items() if k not in shared[str(r["strategy"])])
+             for r in rows]
+    notes = {s: " ".join(f"{k}={v}" for k, v in sorted(kv.items())) for s, kv in shared.items() if kv}
+    return shown, notes
 
 
 def _series_key(row: Mapping[str, Any], varying: Sequence[str], shown_settings: set[str]) -> str:
@@ -669,17 +699,22 @@ def _plot_vs_k(jobs: Sequence[Job], metric: str, ylabel: str, path: Path, ref_li
     for key, ax in axes.items():
         if key not in groups:
             continue
+        every_k: set[int] = set()
         for label, members in sorted(groups[key].items()):
             by_k: dict[int, list[float]] = defaultdict(list)
             for j in members:
                 by_k[j.row["k"]].append(j.row[metric])
             ks = sorted(by_k)
+            every_k.update(ks)
             ax.plot(ks, [sum(by_k[k]) / len(by_k[k]) for k in ks], "o-", label=label)  # mean over repeated jobs
         if ref_line is not None:
             ax.axhline(ref_line, color="grey", linestyle="--", linewidth=1)
         ax.set_xlabel("k (draft tokens per step)")
         ax.set_ylabel(ylabel)
         ax.xaxis.get_major_locator().set_params(integer=True)
+        if len(every_k) <= 12:  # a tick at each k the jobs ran (one k alone would get ticks at 1.900 ... 2.100)
+            ax.set_xticks(sorted(every_k))
+            ax.set_xlim(min(every_k) - 0.5, max(every_k) + 0.5)
         ax.grid(alpha=0.3)
     _legend_below(fig, axes)
     fig.savefig(path, dpi=110)
@@ -721,12 +756,20 @@ def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None)
     found = collect(roots, exclude=[out])
     rows = [j.row for j in found.jobs]
 
-    columns, constant = _markdown_columns(rows)
+    shown, shared = _settings_per_strategy(rows)
+    md_rows = [{**r, "settings": text} for r, text in zip(rows, shown)]
+    columns, constant = _markdown_columns(md_rows)
     parts = [f"# specbench report: {len(rows)} job{'s' if len(rows) != 1 else ''} from {', '.join(str(r) for r in roots)}", ""]
     if rows:
-        parts.append(markdown_table(columns, [[r[c] for c in columns] for r in rows]))
+        if not any(shown):  # no strategy's jobs differ in a setting: the list under the table has them
+            columns.remove("settings")
+        parts.append(markdown_table(columns, [[r[c] for c in columns] for r in md_rows]))
         if constant:
             parts.append("\nSame in every job: " + ", ".join(f"{c}={_fmt(v)}" for c, v in constant.items()))
+        if shared:
+            parts.append("\nSettings every job of a strategy shares (the settings column shows the others; report.csv "
+                         "has them all):")
+            parts += [f"- {strategy}: {text}" for strategy, text in sorted(shared.items())]
         parts.append("\nacceptance_length = 1 + accepted / drafts (bonus included); TPOT means in ms; "
                      "speedup = baseline TPOT / strategy TPOT; exact_match = prompts identical to the baseline (T = 0); "
                      "\"vs <job>\": to that `none` job's outputs (same target, prompts and settings), for jobs run "
@@ -782,6 +825,31 @@ def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None)
     return ReportFiles(out, md_path, csv_path, plots, cat_csv, text, found)
 
 
+def _print_report(files: ReportFiles) -> None:
+    print(files.text)
+    written = [files.markdown, files.csv, *([files.by_category_csv] if files.by_category_csv else []), *files.plots]
+    print("written: " + ", ".join(str(p) for p in written))
+
+
+class SweepReport(Callback):
+    """Hydra callback (conf/config.yaml, hydra.callbacks.report): when a `-m` sweep ends, its report (what
+    `python -m specbench.report <sweep dir>` gives) is written into the sweep's directory and printed, so a sweep
+    ends with one table over its jobs. It runs after every job, in the process that launched them. A report that
+    fails says so and how to make it again; it never fails the sweep, whose results are on disk by then."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep = Path(str(config.hydra.sweep.dir))
+        try:
+            files = build_report([sweep])
+        except Exception as e:  # noqa: BLE001 (the sweep's results stay; only the summary is lost)
+            print(f"specbench: the sweep's report failed ({type(e).__name__}: {e}); every job's results are in {sweep}; "
+                  f"to make it: python -m specbench.report {sweep}", file=sys.stderr)
+            return
+        print(f"\nspecbench: the sweep's report ({len(files.collected.jobs)} jobs; "
+              f"python -m specbench.report {sweep} makes it again)\n")
+        _print_report(files)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specbench.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="directories to search for results.json (recursively)")
@@ -789,9 +857,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                "(default: the first directory)")
     args = parser.parse_args(argv)
     files = build_report(args.dirs, args.out)
-    print(files.text)
-    written = [files.markdown, files.csv, *([files.by_category_csv] if files.by_category_csv else []), *files.plots]
-    print("written: " + ", ".join(str(p) for p in written))
+    _print_report(files)
     return 0 if files.collected.jobs else 1
 
 

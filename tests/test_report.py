@@ -265,3 +265,35 @@ def test_a_row_holds_the_scheduler_and_the_whole_run_figures():
     old = job_row(fake_results("fake_skip", 3, 0.0, 2.5, 1.4), "old")
     assert old["scheduler"] == "static" and old["itl_strategy_ms_p99"] is None and old["tokens_per_s_strategy"] is None
     assert {"tokens_per_s_strategy", "itl_strategy_ms_p99", "speedup_whole_batch"} <= set(TIMING_COLUMNS)
+
+
+def test_a_mapping_setting_keeps_the_plots_and_the_table_shows_what_tells_jobs_apart(tmp_path):
+    """The default strategy (eagle_auto) has a mapping setting, confidence_threshold={chain: 0.3, dynamic: 0.4}:
+    its `key=value` text must not split inside the mapping, which failed every plot of a sweep over it. report.md's
+    settings column shows only what differs between a strategy's jobs, and lists the rest once under the table;
+    report.csv keeps every setting."""
+    from specbench.report import _settings
+
+    root = tmp_path / "sweep"
+    for i, (k, num_nodes) in enumerate([(2, 5), (3, 5), (3, 7)]):
+        r = fake_results("eagle_auto", k, 0.0, 1.5 + k / 10, 1.2)
+        r["config"]["strategy"].update(confidence_threshold={"chain": 0.3, "dynamic": 0.4}, num_nodes=num_nodes,
+                                       checkpoint="/a dir/with spaces")
+        (root / f"{i}_job" / ".hydra").mkdir(parents=True)
+        (root / f"{i}_job" / "results.json").write_text(json.dumps(r))
+    files = build_report([root], tmp_path / "out")
+    assert sorted(p.name for p in files.plots) == ["acceptance_length_vs_k.png", "per_position_acceptance.png",
+                                                   "speedup_vs_k.png"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "failed" not in md  # "plot acceptance_length_vs_k failed: ValueError: not enough values to unpack"
+    table = md.split("\n\n")[1].splitlines()
+    assert [line.split("|")[3].strip() for line in table[2:]] == ["num_nodes=5", "num_nodes=5", "num_nodes=7"]
+    assert ("- eagle_auto: checkpoint=/a dir/with spaces confidence_threshold={chain:0.3,dynamic:0.4} num_layers=7"
+            in md)
+    with open(tmp_path / "out" / "report.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0]["settings"] == ("checkpoint=/a dir/with spaces confidence_threshold={chain:0.3,dynamic:0.4} "
+                                   "num_layers=7 num_nodes=5")
+    # a results.json's settings as older reports wrote them (a mapping's repr, with spaces) still parse whole
+    assert _settings({"settings": "confidence_threshold={'chain': 0.3, 'dynamic': 0.4} top_k=2"}) == {
+        "confidence_threshold": "{'chain': 0.3, 'dynamic': 0.4}", "top_k": "2"}

@@ -26,6 +26,10 @@ def test_a_2x2_sweep_leaves_4_results_and_one_report(tmp_path: Path):
     assert len(results) == 4
     als = sorted(json.loads(p.read_text())["strategy"]["acceptance_length"] for p in results)
     assert als == [2.0, 2.0, 3.0, 3.0]  # a self-draft accepts everything at T=0 and T=1
+    # the sweep ended with its report (hydra.callbacks.report); python -m specbench.report makes it again
+    assert len([line for line in (out / "report.md").read_text().splitlines() if "| draft_model " in line]) == 4
+    assert (out / "acceptance_length_vs_k.png").exists()
+    (out / "report.md").unlink()
     proc = subprocess.run([sys.executable, "-m", "specbench.report", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = (out / "report.md").read_text()
@@ -39,6 +43,8 @@ def test_a_failed_job_does_not_stop_the_sweep(tmp_path: Path):
     errors = list(out.glob("*/error.json"))
     assert len(errors) == 1 and "strategy.k=0" in json.loads(errors[0].read_text())["error"]
     assert len(list(out.glob("*/results.json"))) == 1
+    report = (out / "report.md").read_text()  # the sweep's report lists the failed job with its error
+    assert "1 job directory without results.json" in report and "strategy.k=0" in report
 
 
 def test_resume_skips_finished_jobs_and_reruns_the_others(tmp_path: Path):
