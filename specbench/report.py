@@ -618,17 +618,26 @@ def _settings(row: Mapping[str, Any], keep_none: bool = False) -> dict[str, str]
     return {k: v for k, v in pairs if keep_none or v != "None"}
 
 
-def _settings_per_strategy(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], dict[str, str]]:
-    """For report.md: each row's settings that differ between the jobs of its strategy (a job lacking one counts as
-    None), and per strategy the settings all its jobs share, shown once under the table (report.csv keeps them all)."""
-    each: dict[str, list[dict[str, str]]] = defaultdict(list)
+def _varying_settings(rows: Sequence[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """Per strategy, the settings that tell its jobs apart: those whose value differs between them (a job lacking one,
+    or holding None, counts as None). The table's settings column and the plots' series labels show only these."""
+    each: dict[str, list[dict[str, str]]] = defaultdict(list)  # strategy -> each job's settings
     for r in rows:
-        each[str(r["strategy"])].append(_settings(r, keep_none=True))
-    shared = {s: {k: v for k, v in all_[0].items() if all(one.get(k) == v for one in all_)} for s, all_ in each.items()}
-    shown = [" ".join(f"{k}={v}" for k, v in _settings(r, keep_none=True).items() if k not in shared[str(r["strategy"])])
-             for r in rows]
-    notes = {s: " ".join(f"{k}={v}" for k, v in sorted(kv.items())) for s, kv in shared.items() if kv}
-    return shown, notes
+        each[str(r["strategy"])].append(_settings(r))
+    return {s: {k for k in set().union(*all_) if len({one.get(k) for one in all_}) > 1} for s, all_ in each.items()}
+
+
+def _settings_per_strategy(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], dict[str, str]]:
+    """For report.md: each row's settings that tell its strategy's jobs apart (`_varying_settings`), and per strategy
+    the others, which all its jobs share, shown once under the table (report.csv keeps them all)."""
+    varying = _varying_settings(rows)
+    parsed = [_settings(r, keep_none=True) for r in rows]
+    shown = [" ".join(f"{k}={v}" for k, v in p.items() if k in varying[str(r["strategy"])]) for r, p in zip(rows, parsed)]
+    first: dict[str, dict[str, str]] = {}  # strategy -> its first job's settings
+    for r, p in zip(rows, parsed):
+        first.setdefault(str(r["strategy"]), p)
+    notes = {s: " ".join(f"{k}={v}" for k, v in sorted(p.items()) if k not in varying[s]) for s, p in first.items()}
+    return shown, {s: text for s, text in notes.items() if text}
 
 
 def _series_key(row: Mapping[str, Any], varying: Sequence[str], shown_settings: set[str]) -> str:
@@ -645,11 +654,7 @@ def _grouped(jobs: Sequence[Job]) -> dict[Any, dict[str, list[Job]]]:
     all share are left out of its label (the report's table lists them)."""
     context = ("target", "draft", "top_k", "top_p", "batch_size")
     varying = [c for c in context if len({repr(j.row[c]) for j in jobs if c != "draft" or j.row["draft"]}) > 1]
-    settings_of: dict[str, list[dict[str, str]]] = defaultdict(list)  # strategy -> each job's settings
-    for j in jobs:
-        settings_of[str(j.row["strategy"])].append(_settings(j.row))
-    # a setting tells a strategy's jobs apart when its value differs between them (a job lacking it counts as None)
-    shown = {s: {k for k in set().union(*each) if len({one.get(k) for one in each}) > 1} for s, each in settings_of.items()}
+    shown = _varying_settings([j.row for j in jobs])
     out: dict[Any, dict[str, list[Job]]] = defaultdict(lambda: defaultdict(list))
     for j in jobs:
         cols = [c for c in varying if c != "draft" or j.row["draft"]]
