@@ -68,6 +68,9 @@ COMMON="target=smollm2-135m device=$DEV logger=none seed=0
   data.path=[$PROMPTS,$PWD/experiments/drafters/prompts/python_stdlib.jsonl.gz,$SPEC] data.cache_dir=$RUN/distill
   data.max_prompt_tokens=$MAXP data.max_new_tokens=$NEW data.samples=1 data.batch_size=$DATA_BS
   train.ce_vocab=0 train.ce_positions=0 train.val_sequences=$VAL train.save_every=$SAVE save_dtype=float16 $EXTRA"
+# DATA_DTYPE=bfloat16 (thirty-ninth session): the set written by the target in bfloat16 on the decode engine's path
+# (data.dtype; its shards live apart from float32's): pass it to the data calls and to the training call alike
+[ -n "${DATA_DTYPE:-}" ] && COMMON="$COMMON data.dtype=$DATA_DTYPE"
 
 if [ "$stage" = train ]; then
   # 1) the target writes its own user requests (magpie), checked free of MT-Bench / HumanEval text

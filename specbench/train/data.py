@@ -37,8 +37,9 @@ from tqdm.auto import tqdm
 from specbench.data.base import Prompt, encode_prompt, read_jsonl
 from specbench.engine import Engine
 from specbench.errors import ConfigError
+from specbench.models.cuda_graphs import GraphedRunner
 from specbench.models.decoder import DecoderRunner
-from specbench.models.loading import LoadedModel
+from specbench.models.loading import LoadedModel, load_model
 from specbench.models.runner import Runner
 from specbench.strategies.base import BuildContext, DecodeState
 from specbench.strategies.none import TargetOnly
@@ -51,6 +52,7 @@ DEFAULT_SPEC_BENCH = "../shared/data/spec_bench/question.jsonl"  # relative to t
 # the committed drafters (specbench/checkpoints/) were trained on version 1, greedy responses only (data.samples=1)
 DATA_VERSION = 2
 TOP1_ROWS = 1024  # positions per LM-head call when recording top-1 (bounds the [rows, V] logits in memory)
+GEN_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # data.dtype: the target's while it writes the set
 
 
 @dataclass
@@ -182,11 +184,16 @@ def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_
     ids = [ids[i] for i in keep]
     if not ids:
         raise ConfigError(f"no training prompt is <= data.max_prompt_tokens={data_cfg.get('max_prompt_tokens')} tokens")
+    dtype_name = str(data_cfg.get("dtype") or "float32")
+    if dtype_name not in GEN_DTYPES:
+        raise ConfigError(f"data.dtype={dtype_name!r}; allowed: {', '.join(GEN_DTYPES)} (the target's dtype while it "
+                          f"writes the distillation set)")
+    # a float32 set's key is as it was before data.dtype existed, so the sets already made are found again
     key = cache_key(version=DATA_VERSION, target=target_name, ids=ids, layers=layers, seed=seed,
-                    **{k: data_cfg.get(k) for k in ("max_new_tokens", "samples", "temperature")})
+                    **{k: data_cfg.get(k) for k in ("max_new_tokens", "samples", "temperature")},
+                    **({} if dtype_name == "float32" else {"dtype": dtype_name}))
     t0 = time.perf_counter()
-    # the torch path of our decoder (its CUDA kernels are for decoding speed, not needed here)
-    runner = DecoderRunner(target.model, use_kernels=False)
+    writer, runner = data_writer(target, GEN_DTYPES[dtype_name])
     # a shard = one batch of similar-length prompts (little padding), saved on its own, so an interrupted
     # run resumes where it stopped. Shards are made in a seeded random order: a prefix of that order
     # (`data.max_shards`, or where `data.time_budget_s` stopped) is a random subset of the prompts.
@@ -208,7 +215,7 @@ def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_
                 print(f"distillation: data.time_budget_s={budget} reached after {n_done} of {n_shards} shards; "
                       f"training on those (reproduce with data.max_shards={n_done})", flush=True)
                 break
-            part = generate_distillation(target, runner, [ids[i] for i in by_length[s * bsz : (s + 1) * bsz]],
+            part = generate_distillation(writer, runner, [ids[i] for i in by_length[s * bsz : (s + 1) * bsz]],
                                          max_new_tokens=int(data_cfg.get("max_new_tokens", 128)),
                                          samples=int(data_cfg.get("samples", 1)),
                                          temperature=float(data_cfg.get("temperature", 0.7)), batch_size=bsz,
@@ -216,7 +223,11 @@ def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_
             _save(part, shard)
             print(f"distillation shard {n_done + 1}/{n_shards}: {time.perf_counter() - t0:.0f}s", flush=True)
         parts.append(_load(shard))
-    runner.allocate(1, 1)
+    if writer is target:
+        runner.allocate(1, 1)  # frees the target's cache; a bfloat16 copy's goes with it
+    elif isinstance(runner, GraphedRunner):
+        runner.drop_graphs()
+    del writer, runner
     data = DistillData([], [], [], [], [], tuple(layers))
     for part in parts:
         for name in ("tokens", "prompt_lengths", "hidden", "layer_hidden", "top1"):
@@ -225,6 +236,23 @@ def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_
     print(f"distillation set: {len(data)} sequences, {n_tok} tokens, {len(parts)} of {n_shards} shards of "
           f"{len(ids)} prompts ({time.perf_counter() - t0:.0f}s) in {shard_dir}", flush=True)
     return data
+
+
+def data_writer(target: LoadedModel, dtype: torch.dtype) -> tuple[LoadedModel, Runner]:
+    """The model that writes the distillation set, and the runner it decodes with.
+
+    float32 (the default, and every committed drafter's data): the target itself on our decoder's torch path.
+    bfloat16: the target loaded again in bfloat16, on our decoder's default path, which on CUDA is the decode engine's own
+    (Triton kernels, batch-invariant products, CUDA graphs): several times faster there, and the set is then the
+    bfloat16 target's responses and features (the target run as the CUDA and the AMX CPU default run it). The
+    trainer keeps the float32 target for its losses either way."""
+    if dtype == torch.float32:
+        return target, DecoderRunner(target.model, use_kernels=False)
+    # loaded again, not copied: a DecoderRunner built on the target (fused weights held outside its parameters) would
+    # leave float32 tensors in a copy that .to() converts
+    writer = load_model(target.spec, next(target.model.parameters()).device, dtype)
+    runner = DecoderRunner(writer.model)
+    return writer, (GraphedRunner(runner) if runner.device.type == "cuda" else runner)
 
 
 def _save(data: DistillData, path: Path) -> None:

@@ -9,8 +9,10 @@ import torch
 
 from specbench_testing import chisquare_pvalue, hf_greedy, ragged_prompts, tiny
 from specbench import verify
+from specbench.errors import ConfigError
+from specbench.models.cuda_graphs import GraphedRunner
 from specbench.models.runner import make_runner
-from specbench.train.data import generate_distillation
+from specbench.train.data import data_writer, generate_distillation, load_or_generate
 
 PROMPTS = (5, 9, 3, 12)  # ragged; in batches of 3, so one batch is partial
 NEW = 6
@@ -91,3 +93,43 @@ def test_sampled_first_tokens_follow_p_at_the_temperature(target, monkeypatch, w
     first = torch.stack([t[len(prompt)] for t in data.tokens[3000:]])
     pvalue = chisquare_pvalue(torch.bincount(first, minlength=len(p)), p)
     assert (pvalue < 1e-4) if wrong else (pvalue > 1e-3), pvalue
+
+
+# -- data.dtype: the set written by a bfloat16 copy, on the decode engine's path -------------------------------------
+
+def test_a_bfloat16_writer_is_a_copy_and_records_through_the_graphed_runner_as_through_the_plain_one(target):
+    """data.dtype=bfloat16: the writer is the target loaded again in bfloat16 (the one the trainer keeps stays
+    float32), and on CUDA it decodes under GraphedRunner. That code path runs here eagerly over the graphs' static
+    buffers (a batch of 3 padded to the bucket of 4): the recorder must see the same responses and features through it.
+    The module's other tests built runners on the target first, as the trainer may."""
+    writer, runner = data_writer(target, torch.bfloat16)
+    assert writer.model is not target.model and next(writer.model.parameters()).dtype == torch.bfloat16
+    assert next(target.model.parameters()).dtype == torch.float32
+    prompts = ragged_prompts(target.vocab_size, PROMPTS)
+    opts = dict(max_new_tokens=NEW, samples=2, temperature=0.8, batch_size=3, layers=(0, 1), eos_ids=set(), seed=0,
+                progress=False)
+    plain = generate_distillation(writer, runner, prompts, **opts)
+    graphed = generate_distillation(writer, GraphedRunner(runner, capture=False), prompts, **opts)
+    assert [t.tolist() for t in graphed.tokens] == [t.tolist() for t in plain.tokens]
+    for name in ("hidden", "layer_hidden"):
+        for a, b in zip(getattr(graphed, name), getattr(plain, name)):
+            torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=2e-2)
+    assert sum(int((a != b).sum()) for a, b in zip(graphed.top1, plain.top1)) <= 2  # a bf16 near-tie may flip
+
+
+def test_each_data_dtype_keeps_its_own_shards_float32_where_it_was_and_a_bad_one_is_a_config_error(tmp_path, target):
+    """A float32 set's cache key is the one it had before data.dtype existed (the sets made so far are found again);
+    a bfloat16 set lives apart; an unknown dtype is refused before any data is made."""
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(f'{{"prompt": "request number {i}", "chat": false}}\n' for i in range(3)))
+    cfg = dict(path=str(path), exclude_categories=[], max_new_tokens=3, samples=1, batch_size=4)
+    dirs = []
+    for dtype in (None, "float32", "bfloat16"):
+        d = tmp_path / str(dtype)
+        data = load_or_generate(d, target, "tiny-llama", {**cfg, "dtype": dtype}, (), set(), 0, progress=False)
+        assert len(data) == 3
+        dirs.append([p.name for p in d.glob("distill-*.shards")])
+    assert dirs[0] == dirs[1] != dirs[2] and len(dirs[2]) == 1
+    with pytest.raises(ConfigError, match=r"data.dtype='fp8'; allowed: float32, bfloat16"):
+        load_or_generate(tmp_path / "bad", target, "tiny-llama", {**cfg, "dtype": "fp8"}, (), set(), 0, progress=False)
+    assert not (tmp_path / "bad").exists() or not list((tmp_path / "bad").glob("distill-*"))
