@@ -156,6 +156,12 @@ def generate_distillation(target: LoadedModel, runner: Runner, prompt_ids: list[
     recorder = FeatureRecorder(ctx, layers)
     greedy, sampled = (Engine(runner, recorder, Verifier(params, dev), max_new_tokens=max_new_tokens, eos_ids=eos_ids,
                               device=dev) for params in (SamplingParams(), SamplingParams(temperature=temperature, seed=seed)))
+    for engine in (greedy, sampled):
+        # under CUDA graphs target-only decoding runs its next forward ahead of the step's sync; that replay writes
+        # the graph's outputs, which are the views of this step's hidden states the recorder reads at commit, so the
+        # features would be the next position's (measured on an H100: a head trained on them accepted 1.38 where
+        # the float32 set's accepts 1.99). The engine hands such views out since the run-ahead landed (a788c42).
+        engine.target_runs_ahead = False
     data = DistillData([], [], [], [], [], tuple(layers))
     bar = tqdm(total=samples * len(prompt_ids), desc="distill", unit="seq", disable=not progress, mininterval=2.0)
     for s in range(samples):
