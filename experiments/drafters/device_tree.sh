@@ -33,6 +33,9 @@
 # Alone on an H100 (run on 2026-12-05, twenty-ninth session): call 2 made 55 of 65 shards in 533 s, call 3 the other
 # 10 in 120 s, call 4 (TRAIN_BUDGET_S=500, else the budget, not the recipe, sets the steps) trained 6000 steps in
 # 393 s and its AL sweep still fit the deadline; 1369 s of device time in all, the machine's start included.
+# With DATA_DTYPE=bfloat16 (thirty-ninth session: the set written on the decode engine's path, pipeline.sh passes it
+# to the data and the training calls alike) one H100 made all 122 shards of wide-data in 233 s, one call: the pip
+# call, that one, then the training call fit in ~750 s of device time with the machine's start.
 # To stop a bg-data early on the device:
 # pkill -f '[p]ipeline.sh arena-dat' (a plain pattern also matches the calling shell's own command line and kills it).
 set -euo pipefail
