@@ -36,6 +36,12 @@
 # With DATA_DTYPE=bfloat16 (thirty-ninth session: the set written on the decode engine's path, pipeline.sh passes it
 # to the data and the training calls alike) one H100 made all 122 shards of wide-data in 233 s, one call: the pip
 # call, that one, then the training call fit in ~750 s of device time with the machine's start.
+# The GPU suite and a bfloat16 head's run in one session on an H100 (planned in the thirty-ninth session, not yet run;
+# strip keeps experiments/gpu, so the suite runs from the stripped tree):
+#   1. [.whl, .cache/gpu/a]  the pip line; export PYTHONPATH=/tmp/site:$PWD; SUITE_TIMEOUT=540 bash experiments/gpu/suite.sh "$OUT"
+#   2. [.whl, .cache/gpu/b]  the same with SUITE_PARTS=big, then DATA_DTYPE=bfloat16 DEADLINE_S=300 bash experiments/drafters/pipeline.sh wide-data
+#   3. [.whl]                DATA_DTYPE=bfloat16 BASE_HEADS= ... bash experiments/drafters/pipeline.sh <mlp|wide|...>
+# about 210 + 400 + 400 + 460 s.
 # To stop a bg-data early on the device:
 # pkill -f '[p]ipeline.sh arena-dat' (a plain pattern also matches the calling shell's own command line and kills it).
 set -euo pipefail
