@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 from specbench.data.base import Prompt, encode_prompt, read_jsonl
 from specbench.engine import Engine
 from specbench.errors import ConfigError
-from specbench.models.cuda_graphs import GraphedRunner
+from specbench.models.cuda_graphs import GraphedRunner, cuda_graphs_default, maybe_graphed
 from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import LoadedModel, load_model
 from specbench.models.runner import Runner
@@ -260,7 +260,7 @@ def data_writer(target: LoadedModel, dtype: torch.dtype) -> tuple[LoadedModel, R
     # leave float32 tensors in a copy that .to() converts
     writer = load_model(target.spec, next(target.model.parameters()).device, dtype)
     runner = DecoderRunner(writer.model)
-    return writer, (GraphedRunner(runner) if runner.device.type == "cuda" else runner)
+    return writer, maybe_graphed(runner, cuda_graphs_default("auto", runner.device))
 
 
 def _save(data: DistillData, path: Path) -> None:
