@@ -261,9 +261,9 @@ class Proposer(ABC):
         row's new length `lengths` [B] (on the device: the length before the step + accepted + 1 for an active row),
         kept for the next propose(). Only once every row is 2 tokens past its prompt (before the step, so after it
         too), where propose() feeds the same 2 tokens; else it does nothing and says False."""
-        if not all(n - 2 >= p for n, p in zip(state.lengths_host, state.prompt_lengths)):
+        if not self._past_prompts(state, 2):
             return False
-        positions = lengths[:, None] + self._const(("catch_up", 2, 0), lambda: torch.arange(2, device=self.device) - 2)
+        positions = lengths[:, None] + self._catch_up_offsets(2, 0)
         # attn_len: at most every row's length after the step (ignored inside a graph, which reads the whole cache)
         attn_len = max(state.lengths_host) + 2 * self.k + 1
         self._pre = self.draft_forward(state.tokens.gather(1, positions), positions, None, attn_len)
@@ -528,7 +528,7 @@ class Proposer(ABC):
         if self.fixed_catch_up and not self.one_extra_forward_pass:
             if self.tree in ("dynamic", "static"):  # the tree went to scratch slots: up to K+1 committed tokens are new
                 t = self.k + 1
-            elif all(n - 2 >= p for n, p in zip(state.lengths_host, state.prompt_lengths)):
+            elif self._past_prompts(state, 2):
                 t = 2
         pre, self._pre = self._pre, None
         if pre is not None and t == 2:  # prelaunch ran this forward already, on the same inputs
@@ -615,13 +615,21 @@ class Proposer(ABC):
     # -- helpers ---------------------------------------------------------------------------------------------
     def _forward(self, state: DecodeState, t: int, attn_len: int, end: int = 0) -> DraftOutput:
         """Draft forward over each row's committed tokens at positions [L-end-t, L-end)."""
-        offsets = self._const(("catch_up", t, end), lambda: torch.arange(t, device=self.device) - end - t)
-        positions = state.lengths[:, None] + offsets
-        if any(n - end - t < p for n, p in zip(state.lengths_host, state.prompt_lengths)):  # else none is below
-            positions = torch.maximum(positions, self.floor)  # a row's prompt (one launch less in a long decode)
+        positions = state.lengths[:, None] + self._catch_up_offsets(t, end)
+        if not self._past_prompts(state, end + t):  # else no row's positions fall below its prompt
+            positions = torch.maximum(positions, self.floor)  # (one launch less in a long decode)
         self.draft_forwards += 1
         return self.draft_forward(state.tokens.gather(1, positions), positions, self._features_before(positions),
                                   attn_len)
+
+    @staticmethod
+    def _past_prompts(state: DecodeState, n: int) -> bool:
+        """Whether every row's last n committed positions lie past its prompt (length - n >= prompt length)."""
+        return all(length - n >= p for length, p in zip(state.lengths_host, state.prompt_lengths))
+
+    def _catch_up_offsets(self, t: int, end: int) -> torch.Tensor:
+        """[t] offsets from a row's length to the positions [L-end-t, L-end) a catch-up feeds (made once)."""
+        return self._const(("catch_up", t, end), lambda: torch.arange(t, device=self.device) - end - t)
 
     def _const(self, key: tuple, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         """A constant index tensor made once per key (never written in place by its users)."""
