@@ -243,6 +243,10 @@ class Engine:
                 clock.mark()  # the next step's draft phase starts with the forward run ahead
                 lengths_after = state.lengths + (verdict.accepted + 1) * state.active  # an active row's, on the device
                 if ahead_target:
+                    if out.hidden is not None or out.layer_hidden:
+                        # the run-ahead replays the graph whose outputs these are (views): commit() gets this step's
+                        out = ForwardOutput(logits=out.logits, hidden=None if out.hidden is None else out.hidden.clone(),
+                                            layer_hidden=[h.clone() for h in out.layer_hidden])
                     clock.mark()  # target-only drafts nothing: its verify phase starts here too
                     at = lengths_after[:, None] - 1  # the pending token each row's next step feeds
                     target_out = self.target(state.tokens.gather(1, at), at, attn_len=max(lengths_host) + 2,

@@ -10,6 +10,7 @@ import torch
 from specbench_testing import chisquare_pvalue, hf_greedy, perturbed, ragged_prompts, resample_from_p, tiny
 
 from specbench.engine import Engine
+from specbench.models.decoder import ForwardOutput
 from specbench.models.runner import make_runner
 from specbench.strategies.base import BuildContext
 from specbench.strategies.draft_model import DraftModelProposer
@@ -241,3 +242,51 @@ def test_target_only_run_ahead_of_the_sync_changes_no_token(temperature):
     assert runs[0] == runs[1]
     if temperature == 0:
         assert runs[1] == cut
+
+
+class _StaticOutputsRunner:
+    """A fake runner (test only): the real one, with every forward's outputs copied into buffers that the next forward
+    of the same shape overwrites, and views of them returned, as a CUDA graph's replays hand out its static outputs."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        self.buffers: dict[tuple, ForwardOutput] = {}
+
+    def __getattr__(self, name):
+        return getattr(self.runner, name)
+
+    def __call__(self, tokens, positions, **kwargs) -> ForwardOutput:
+        out = self.runner(tokens, positions, **kwargs)
+        key = (tuple(tokens.shape), out.hidden is None, len(out.layer_hidden))
+        buf = self.buffers.setdefault(key, ForwardOutput(
+            logits=torch.empty_like(out.logits), hidden=None if out.hidden is None else torch.empty_like(out.hidden),
+            layer_hidden=[torch.empty_like(h) for h in out.layer_hidden]))
+        for a, b in zip([buf.logits, buf.hidden, *buf.layer_hidden], [out.logits, out.hidden, *out.layer_hidden]):
+            if a is not None:
+                a.copy_(b)
+        return ForwardOutput(logits=buf.logits[:], hidden=None if buf.hidden is None else buf.hidden[:],
+                             layer_hidden=[h[:] for h in buf.layer_hidden])
+
+
+def test_a_forward_run_ahead_leaves_commit_the_steps_own_hidden_states():
+    """Target-only decoding run ahead of the sync (Engine.target_runs_ahead) over a runner whose outputs the next
+    forward overwrites (a CUDA graph's): a proposer that reads the step's hidden states at commit (the distillation
+    recorder) must get that step's, not the forward run ahead's. Checked against the same run without the run-ahead:
+    every recorded feature and top-1, bit for bit (it recorded the next position's before the engine kept them)."""
+    from specbench.train.data import FeatureRecorder
+
+    target = tiny("tiny-llama")
+    prompts = ragged_prompts(101, (5, 9, 3))
+    sets = []
+    for ahead in (False, True):
+        runner = _StaticOutputsRunner(make_runner(target.model))
+        ctx = BuildContext(target=target, target_runner=runner, draft=None, sampling=SamplingParams(), device=CPU)
+        recorder = FeatureRecorder(ctx, (0, 1))
+        engine = Engine(runner, recorder, Verifier(SamplingParams(), CPU), max_new_tokens=7, eos_ids=set(), device=CPU)
+        engine.target_runs_ahead = ahead
+        rows, _ = engine.generate(prompts)
+        sets.append(([r.output_ids for r in rows], recorder.hidden.clone(), recorder.layer_hidden.clone(),
+                     recorder.top1.clone()))
+    (tokens, hidden, layers, top1), (tokens_ahead, hidden_ahead, layers_ahead, top1_ahead) = sets
+    assert tokens_ahead == tokens
+    assert torch.equal(hidden_ahead, hidden) and torch.equal(layers_ahead, layers) and torch.equal(top1_ahead, top1)

@@ -156,14 +156,6 @@ def generate_distillation(target: LoadedModel, runner: Runner, prompt_ids: list[
     recorder = FeatureRecorder(ctx, layers)
     greedy, sampled = (Engine(runner, recorder, Verifier(params, dev), max_new_tokens=max_new_tokens, eos_ids=eos_ids,
                               device=dev) for params in (SamplingParams(), SamplingParams(temperature=temperature, seed=seed)))
-    for engine in (greedy, sampled):
-        # under CUDA graphs target-only decoding runs its next forward ahead of the step's sync; that replay writes
-        # the graph's outputs, which are the views of this step's hidden states the recorder reads at commit, so the
-        # features were other positions' (on an H100 a head trained on such a set accepted 1.38 on MT-Bench's chain at
-        # T = 0, where heads trained on the float32 set accept 1.93-1.99: experiments/drafters/bf16-data/). The engine
-        # hands out such views since its run-ahead landed (a788c42); experiments/gpu/pending/run-ahead-hidden.patch
-        # keeps them there instead, and takes this out.
-        engine.target_runs_ahead = False
     data = DistillData([], [], [], [], [], tuple(layers))
     bar = tqdm(total=samples * len(prompt_ids), desc="distill", unit="seq", disable=not progress, mininterval=2.0)
     for s in range(samples):

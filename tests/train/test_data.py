@@ -133,3 +133,27 @@ def test_each_data_dtype_keeps_its_own_shards_float32_where_it_was_and_a_bad_one
     with pytest.raises(ConfigError, match=r"data.dtype='fp8'; allowed: float32, bfloat16"):
         load_or_generate(tmp_path / "bad", target, "tiny-llama", {**cfg, "dtype": "fp8"}, (), set(), 0, progress=False)
     assert not (tmp_path / "bad").exists() or not list((tmp_path / "bad").glob("distill-*"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA-graph path of the writer needs CUDA")
+def test_the_bfloat16_writer_records_the_same_features_under_cuda_graphs_as_eagerly():
+    """On CUDA the bfloat16 writer decodes under CUDA graphs, its next forward run ahead of each step's sync: the
+    set it records (responses, final-norm and layer features, top-1) equals, bit for bit, the same writer's without
+    the graphs (the engine keeps the step's hidden states from the run-ahead's replay; before it did, an H100 recorded
+    the next position's, experiments/drafters/bf16-data/)."""
+    from specbench.models.loading import load_model, resolve_spec
+
+    dev = torch.device("cuda")
+    target = load_model(resolve_spec({"name": "smollm2-135m-random"}, "target"), dev, torch.float32)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(300, 40000, (int(n),), generator=g).tolist() for n in torch.randint(20, 60, (37,), generator=g)]
+    writer, runner = data_writer(target, torch.bfloat16)
+    assert isinstance(runner, GraphedRunner)
+    opts = dict(max_new_tokens=16, samples=2, temperature=0.7, batch_size=37, layers=(2, 15), eos_ids=set(), seed=0,
+                progress=False)
+    eager = generate_distillation(writer, runner.runner, prompts, **opts)
+    graphed = generate_distillation(writer, runner, prompts, **opts)
+    assert runner.captures > 0
+    for name in ("tokens", "hidden", "layer_hidden", "top1"):
+        assert all(torch.equal(a, b) for a, b in zip(getattr(graphed, name), getattr(eager, name))), name
