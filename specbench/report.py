@@ -248,8 +248,8 @@ def _setting_text(value: Any) -> str:
 def settings_of(results: Mapping[str, Any]) -> str:
     """The strategy's own options (num_layers, min_n ...) from the job's config, as `key=value` pairs."""
     cfg = _get(results, "config", "strategy")
-    if not isinstance(cfg, Mapping):
-        return ""
+    if not isinstance(cfg, Mapping) or cfg.get("name") == "none":
+        return ""  # target-only decoding reads none of its settings (none.yaml has them so sweeps can cross strategies)
     return " ".join(f"{key}={_setting_text(value)}" for key, value in sorted(cfg.items()) if key not in _NOT_SETTINGS)
 
 

@@ -297,3 +297,20 @@ def test_a_mapping_setting_keeps_the_plots_and_the_table_shows_what_tells_jobs_a
     # a results.json's settings as older reports wrote them (a mapping's repr, with spaces) still parse whole
     assert _settings({"settings": "confidence_threshold={'chain': 0.3, 'dynamic': 0.4} top_k=2"}) == {
         "confidence_threshold": "{'chain': 0.3, 'dynamic': 0.4}", "top_k": "2"}
+
+
+def test_target_only_jobs_show_no_settings(tmp_path):
+    """A sweep that crosses strategies gives `none` the base settings too (k_schedule, confidence_threshold ...), which
+    target-only decoding never reads: report.md lists none of them for it, under the table or in its rows."""
+    root = tmp_path / "sweep"
+    for i, (name, threshold) in enumerate([("none", 0.4), ("eagle", 0.3), ("eagle", 0.5)]):
+        r = fake_results(name, 0 if name == "none" else 3, 0.0, 1.0 if name == "none" else 1.8, 1.0)
+        r["config"]["strategy"].update(k_schedule="fixed", confidence_threshold=threshold)
+        (root / f"{i}_job" / ".hydra").mkdir(parents=True)
+        (root / f"{i}_job" / "results.json").write_text(json.dumps(r))
+    build_report([root], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "- none:" not in md and "- eagle: k_schedule=fixed num_layers=7" in md
+    table = md.split("\n\n")[1].splitlines()
+    assert sorted((line.split("|")[2].strip(), line.split("|")[3].strip()) for line in table[2:]) == [
+        ("eagle", "confidence_threshold=0.3"), ("eagle", "confidence_threshold=0.5"), ("none", "-")]
