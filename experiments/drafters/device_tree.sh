@@ -41,7 +41,9 @@
 #   1. [.whl, .cache/gpu/a]  the pip line; export PYTHONPATH=/tmp/site:$PWD; SUITE_TIMEOUT=540 bash experiments/gpu/suite.sh "$OUT"
 #   2. [.whl, .cache/gpu/b]  the same with SUITE_PARTS=big, then DATA_DTYPE=bfloat16 DEADLINE_S=300 bash experiments/drafters/pipeline.sh wide-data
 #   3. [.whl]                DATA_DTYPE=bfloat16 BASE_HEADS= ... bash experiments/drafters/pipeline.sh <mlp|wide|...>
-# about 210 + 400 + 400 + 460 s.
+# about 210 + 400 + 400 + 460 s. Run so in the fortieth session (2026-12-06, one H100): calls of 416 s (suite), 384 s
+# (big 140 s, then the set) and 449 s (`MLP_WIDTH=3072 MLP_VOCAB=8192 TRAIN_BUDGET_S=330 DEADLINE_S=555 ... mlp`: 6000
+# steps in 321 s and the sweep); 1544 s held with the machine's start.
 # To stop a bg-data early on the device:
 # pkill -f '[p]ipeline.sh arena-dat' (a plain pattern also matches the calling shell's own command line and kills it).
 set -euo pipefail
