@@ -157,13 +157,16 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
   # magpie-more (22,460: seeds 2 and 3), so about twice the prompts; the question the ninth run left: does a wider
   # spread of the target's own requests carry over to MT-Bench where Arena's 430 did not? The set is 122 shards; two
   # data calls on an H100 made all of them (~7 s a shard there; had they not, a seeded subset of those made is used)
+  # SAMPLES (fortieth session; default 2, every head so far): responses per prompt, the greedy one and SAMPLES - 1 at
+  # T = 0.7, for the question of a set twice as large from the same prompts (SAMPLES=4: ~244 shards of wide-data, about
+  # 470 s on an H100 in bfloat16); pass it to the data and the training calls alike (the set's cache key holds it)
   more=""; cache=distill4
   case $stage in
     arena-data|arena) for _ in $(seq "${ARENA_X:-4}"); do more="$more,$P/arena_hard.jsonl.gz"; done; cache=distill5 ;;
     wide-data|wide|mlp) more=",$P/magpie_seed2_smollm2-135m.jsonl.gz,$P/magpie_seed3_smollm2-135m.jsonl.gz"; cache=distill6 ;;
   esac
   EV="strategy=eagle strategy.unroll=3 strategy.soft_labels=false strategy.draft_vocab=8192 train.batch_size=$TB train.lr=6e-4 train.warmup=100
-      $COMMON data.max_new_tokens=128 data.samples=2 data.temperature=0.7 data.cache_dir=$RUN/$cache
+      $COMMON data.max_new_tokens=128 data.samples=${SAMPLES:-2} data.temperature=0.7 data.cache_dir=$RUN/$cache
       data.path=[$P/magpie_smollm2-135m.jsonl.gz,$P/magpie_steered_smollm2-135m.jsonl.gz,$P/python_stdlib.jsonl.gz,$P/openai_evals.jsonl.gz,$SPEC$more]"
   if [ "$stage" = evals-data ] || [ "$stage" = arena-data ] || [ "$stage" = wide-data ]; then
     py -m specbench.train $EV train.steps=$((STEPS * 10 / 3)) train.stop_after=1 \
