@@ -2,12 +2,13 @@
 
 Training prompts never overlap the evaluation sets. `data.path` is one jsonl file or a list of
 them (`.gz` allowed), rows with a `turns` or `prompt` text, an optional `category` and an optional
-`chat` flag (false = raw completion, no chat template). The default is Spec-Bench's (arXiv
-2401.07851) non-MT-Bench categories (translation, summarization, qa, math_reasoning, rag: 400
-prompts; its other 80 prompts are MT-Bench's and are dropped by `exclude_categories`); the
-committed drafters were also trained on a prompt set the target wrote itself
-(specbench.train.prompts: magpie requests and python-stdlib code completions, checked free of
-MT-Bench and HumanEval text). Prompts longer than `max_prompt_tokens` are left out. For every
+`chat` flag (false = raw completion, no chat template). The default (data.path: null) is
+$SPECBENCH_SPEC_BENCH when set, else the two sets committed in a checkout: 6,000 requests SmolLM2-135M
+wrote itself and 1,500 Python standard-library stubs (specbench.train.prompts: magpie requests and
+python-stdlib code completions, checked free of MT-Bench and HumanEval text). The committed drafters
+were trained on those sets and others, with Spec-Bench's (arXiv 2401.07851) non-MT-Bench categories
+(translation, summarization, qa, math_reasoning, rag: 400 prompts; its other 80 prompts are MT-Bench's
+and are dropped by `exclude_categories`). Prompts longer than `max_prompt_tokens` are left out. For every
 prompt the target writes `samples` responses (the first greedy, the rest sampled at
 `temperature`), decoded by specbench's Engine (strategy none, over our DecoderRunner), so every
 token is drawn by the Verifier that every strategy shares; the same forwards give, for every
@@ -46,7 +47,11 @@ from specbench.strategies.none import TargetOnly
 from specbench.verify import SamplingParams, Verdict, Verifier
 
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
-DEFAULT_SPEC_BENCH = "../shared/data/spec_bench/question.jsonl"  # relative to the cwd, as conf/dataset/spec-bench.yaml
+# data.path: null -> $SPECBENCH_SPEC_BENCH (Spec-Bench's question.jsonl) when set, else the two prompt sets committed in
+# a checkout of specbench: SmolLM2-135M's own requests (magpie) and Python standard-library stubs, both written by
+# `python -m specbench.train.prompts` and checked free of MT-Bench and HumanEval text (experiments/drafters/README.md)
+CHECKOUT_PROMPTS = Path(__file__).resolve().parents[2] / "experiments" / "drafters" / "prompts"
+DEFAULT_PROMPT_SETS = ("magpie_smollm2-135m.jsonl.gz", "python_stdlib.jsonl.gz")
 # in the cache key. 2: responses decoded by specbench.engine, every token drawn by its Verifier. 1 (not named in the
 # key): data.py's own decode loop with torch.multinomial, whose shards hold other samples at T > 0 and are not reused;
 # the committed drafters (specbench/checkpoints/) were trained on version 1, greedy responses only (data.samples=1)
@@ -68,18 +73,51 @@ class DistillData:
         return len(self.tokens)
 
 
+def prompt_files(path: str | list[str] | tuple[str, ...] | None) -> list[Path]:
+    """data.path's files, each checked to exist; null: $SPECBENCH_SPEC_BENCH, else a checkout's committed prompt sets."""
+    if path is None or path == []:
+        env = os.environ.get("SPECBENCH_SPEC_BENCH")
+        defaults = [CHECKOUT_PROMPTS / name for name in DEFAULT_PROMPT_SETS]
+        if not env and not all(f.exists() for f in defaults):
+            raise ConfigError("data.path is not set, $SPECBENCH_SPEC_BENCH is not set, and this is no checkout of "
+                              f"specbench with its prompt sets ({CHECKOUT_PROMPTS}); allowed: data.path=<a jsonl of "
+                              "prompts, `turns` or `prompt` per row> or a list of them, e.g. a set written by "
+                              "`python -m specbench.train.prompts --out p.jsonl.gz`")
+        paths = [env] if env else [str(f) for f in defaults]
+    else:
+        paths = [path] if isinstance(path, str) else list(path)
+    files = [Path(one).expanduser() for one in paths]
+    for file in files:
+        if not file.is_file():
+            raise ConfigError(f"data.path={str(file)!r} does not exist; point it at Spec-Bench's question.jsonl, "
+                              f"a set written by `python -m specbench.train.prompts`, or any jsonl with a `turns` or "
+                              f"`prompt` field (a list of files is allowed)")
+    return files
+
+
+def check_data_settings(data_cfg: dict[str, Any]) -> None:
+    """What load_or_generate would find wrong only after the target has loaded: the prompt files, the dtype, and
+    counts that must be positive."""
+    prompt_files(data_cfg.get("path"))
+    dtype_name = str(data_cfg.get("dtype") or "float32")
+    if dtype_name not in GEN_DTYPES:
+        raise ConfigError(f"data.dtype={dtype_name!r}; allowed: {', '.join(GEN_DTYPES)} (the target's dtype while it "
+                          f"writes the distillation set)")
+    for key, default in (("samples", 1), ("max_new_tokens", 128), ("batch_size", 32), ("max_prompt_tokens", 256)):
+        value = data_cfg.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"data.{key}={value!r}; allowed: an integer >= 1")
+    temperature = data_cfg.get("temperature", 0.7)
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
+        raise ConfigError(f"data.temperature={temperature!r}; allowed: a number >= 0 (the sampled responses' temperature)")
+
+
 def training_prompts(path: str | list[str] | tuple[str, ...] | None,
                      exclude_categories: list[str] | tuple[str, ...] = MT_BENCH_CATEGORIES,
                      num_prompts: int | None = None) -> list[Prompt]:
     """Prompts (first turn) of one or more jsonl files outside the excluded (MT-Bench) categories, in file order."""
-    paths = [path] if isinstance(path, str) or path is None else list(path)
     prompts = []
-    for one in paths:
-        file = Path(one or os.environ.get("SPECBENCH_SPEC_BENCH") or DEFAULT_SPEC_BENCH).expanduser()
-        if not file.exists():
-            raise ConfigError(f"data.path={str(file)!r} does not exist; point it at Spec-Bench's question.jsonl, "
-                              f"a set written by `python -m specbench.train.prompts`, or any jsonl with a `turns` or "
-                              f"`prompt` field (a list of files is allowed)")
+    for file in prompt_files(path):
         for row, where, lineno in read_jsonl(file):  # the prompt sets' reader: jsonl or .jsonl.gz, checked rows
             if row.get("category") in exclude_categories:
                 continue
@@ -184,10 +222,8 @@ def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_
     ids = [ids[i] for i in keep]
     if not ids:
         raise ConfigError(f"no training prompt is <= data.max_prompt_tokens={data_cfg.get('max_prompt_tokens')} tokens")
+    check_data_settings(data_cfg)
     dtype_name = str(data_cfg.get("dtype") or "float32")
-    if dtype_name not in GEN_DTYPES:
-        raise ConfigError(f"data.dtype={dtype_name!r}; allowed: {', '.join(GEN_DTYPES)} (the target's dtype while it "
-                          f"writes the distillation set)")
     # a float32 set's key is as it was before data.dtype existed, so the sets already made are found again
     key = cache_key(version=DATA_VERSION, target=target_name, ids=ids, layers=layers, seed=seed,
                     **{k: data_cfg.get(k) for k in ("max_new_tokens", "samples", "temperature")},

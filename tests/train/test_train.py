@@ -317,6 +317,50 @@ def test_a_bad_draft_vocab_is_a_config_error_before_any_data_is_made(tmp_path, p
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize("override, match", [
+    ("data.samples=0", r"data.samples=0; allowed: an integer >= 1"),
+    ("data.max_new_tokens=-2", r"data.max_new_tokens=-2; allowed: an integer >= 1"),
+    ("data.batch_size=2.5", r"data.batch_size=2.5; allowed: an integer >= 1"),
+    ("data.temperature=-1", r"data.temperature=-1; allowed: a number >= 0"),
+    ("data.dtype=float17", r"data.dtype='float17'; allowed: float32, bfloat16"),
+    ("data.path=/nowhere/p.jsonl", r"data.path='/nowhere/p.jsonl' does not exist"),
+    ("train.steps=0", r"train.steps=0; allowed: an integer >= 1"),
+    ("train.batch_size=0", r"train.batch_size=0; allowed: an integer >= 1"),
+])
+def test_bad_data_and_train_settings_are_config_errors_before_the_target_loads(tmp_path, prompts_file, monkeypatch,
+                                                                               override, match):
+    import specbench.train.loop as loop
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the target was loaded before the settings were checked")
+
+    monkeypatch.setattr(loop, "load_model", no_load)
+    with pytest.raises(ConfigError, match=match):
+        train(_cfg(tmp_path, prompts_file, override))
+
+
+def test_the_default_prompts_are_the_checkouts_sets_or_the_env_var(tmp_path, monkeypatch):
+    """data.path: null reads $SPECBENCH_SPEC_BENCH when set, else the checkout's committed magpie and python-stdlib
+    sets; with neither, a ConfigError that says how to give prompts."""
+    import specbench.train.data as data_mod
+    from specbench.train.data import training_prompts
+
+    monkeypatch.delenv("SPECBENCH_SPEC_BENCH", raising=False)
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        assert compose("config").data.path is None
+    prompts = training_prompts(None)
+    assert {p.id.split("/")[1] for p in prompts} == {"magpie_smollm2-135m.jsonl.gz", "python_stdlib.jsonl.gz"}
+    assert len(prompts) == 7500
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text(json.dumps({"question_id": 1, "category": "qa", "turns": ["why?"]}) + "\n")
+    monkeypatch.setenv("SPECBENCH_SPEC_BENCH", str(mine))
+    assert [p.id for p in training_prompts(None)] == ["train/mine.jsonl/1"]
+    monkeypatch.delenv("SPECBENCH_SPEC_BENCH")
+    monkeypatch.setattr(data_mod, "CHECKOUT_PROMPTS", tmp_path / "not-a-checkout")
+    with pytest.raises(ConfigError, match=r"data.path is not set.*python -m specbench.train.prompts"):
+        training_prompts(None)
+
+
 def test_a_soft_label_loss_is_the_cross_entropy_to_the_given_distribution_over_scored_rows():
     """TokenLoss with soft labels: a one-hot distribution gives the top-1 loss, a uniform one the mean negative
     log-probability over the classes; rows whose label is outside the classes are left out either way."""
