@@ -861,6 +861,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="where to write report.md, report.csv and plots "
                                                                "(default: the first directory)")
     args = parser.parse_args(argv)
+    missing = [str(d) for d in args.dirs if not d.is_dir()]
+    if missing:  # a mistyped sweep directory: say so, write nothing (the default --out is the first directory)
+        parser.error(f"no such directory: {', '.join(missing)}; give the sweep's directory (multirun/<date>/<time>) "
+                     f"or a job's")
     files = build_report(args.dirs, args.out)
     _print_report(files)
     return 0 if files.collected.jobs else 1

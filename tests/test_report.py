@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from specbench.report import build_report, main
 
 
@@ -314,3 +316,12 @@ def test_target_only_jobs_show_no_settings(tmp_path):
     table = md.split("\n\n")[1].splitlines()
     assert sorted((line.split("|")[2].strip(), line.split("|")[3].strip()) for line in table[2:]) == [
         ("eagle", "confidence_threshold=0.3"), ("eagle", "confidence_threshold=0.5"), ("none", "-")]
+
+
+def test_a_missing_directory_is_an_error_that_writes_nothing(tmp_path, capsys):
+    """A mistyped sweep directory is named in the error; the report is not written into a new empty directory."""
+    missing = tmp_path / "multirun" / "typo"
+    with pytest.raises(SystemExit) as e:
+        main([str(missing)])
+    assert e.value.code == 2 and f"no such directory: {missing}" in capsys.readouterr().err
+    assert not missing.exists()
