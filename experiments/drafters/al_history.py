@@ -1,0 +1,68 @@
+"""The EAGLE chain's acceptance length on MT-Bench, head by head: issue 13's chain aim (2.2 at k = 3, T = 0, all 80
+first turns) against every head whose sweep is committed here. Reads the committed results.json files (nothing is
+run), prints the table and writes al_history.png beside this file.
+
+    python experiments/drafters/al_history.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+AIM = 2.2
+# (label, results.json under experiments/drafters/, what changed from the head before), in the order they were made;
+# each is the chain at k = 3, T = 0 on MT-Bench's 80 first turns, fp32, 64 new tokens
+HEADS = [
+    ("first head", "table/jobs/eagle/4", "top-1 labels, 1 response a prompt (2026-12-01)"),
+    ("vocab", "evals/al/0", "2 responses a prompt, draft vocabulary 8192, 4000 steps"),
+    ("evals", "evals/al/1", "+10,635 human-written OpenAI-evals requests, 6000 steps"),
+    ("soft", "soft-full/al/chain/2", "soft labels (shipped 2026-12-03)"),
+    ("nofeat", "nofeat/cpu-al/chain/1", "soft, without the feature loss"),
+    ("long", "long/cpu-al/chain/1", "soft, 9000 steps"),
+    ("arena", "arena/h100-al/chain/0", "soft, + Arena-Hard's 430 requests x 4"),
+    ("wide", "wide/h100-al/chain/0", "soft, twice the target's own requests (shipped 2026-12-05)"),
+    ("MLP 4608, half", "mlp/h100-al/chain/0", "wide's data, MLP 4608 and the target's LM head, half its schedule"),
+    ("bf16 set", "bf16-data/h100-al/chain/0", "wide's recipe, the set written in bfloat16, 4862 of 6000 steps"),
+    ("MLP 3072", "mlp3072/h100-al/chain/0", "wide's recipe, MLP 3072, the set in bfloat16 (23.2 MB, not shipped)"),
+]
+
+
+def rows() -> list[tuple[str, float, str]]:
+    out = []
+    for label, rel, what in HEADS:
+        r = json.loads((HERE / rel / "results.json").read_text())
+        run = r["run"]
+        assert (run["dataset"], run["k"], run["temperature"], run["n_prompts"]) == ("mt-bench", 3, 0.0, 80), rel
+        out.append((label, r["strategy"]["acceptance_length"], what))
+    return out
+
+
+def main() -> None:
+    got = rows()
+    print("| head | MT-Bench chain AL, k=3, T=0 | what changed |\n| --- | --- | --- |")
+    for label, al, what in got:
+        print(f"| {label} | {al:.3f} | {what} |")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.bar(range(len(got)), [al for _, al, _ in got], color="tab:blue")
+    ax.axhline(AIM, color="tab:red", linestyle="--", label=f"issue 13's aim, {AIM}")
+    for i, (_, al, _) in enumerate(got):
+        ax.text(i, al + 0.01, f"{al:.2f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(got)), [label for label, _, _ in got], rotation=30, ha="right", fontsize=8)
+    ax.set_ylim(1.0, AIM + 0.2)
+    ax.set_ylabel("acceptance length")
+    ax.set_title("EAGLE chain on SmolLM2-135M: MT-Bench's 80 first turns, k=3, T=0, head by head")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(HERE / "al_history.png", dpi=120)
+    print(f"written: {HERE / 'al_history.png'}")
+
+
+if __name__ == "__main__":
+    main()
