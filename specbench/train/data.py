@@ -52,9 +52,10 @@ MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "ex
 # `python -m specbench.train.prompts` and checked free of MT-Bench and HumanEval text (experiments/drafters/README.md)
 CHECKOUT_PROMPTS = Path(__file__).resolve().parents[2] / "experiments" / "drafters" / "prompts"
 DEFAULT_PROMPT_SETS = ("magpie_smollm2-135m.jsonl.gz", "python_stdlib.jsonl.gz")
-# DATA_VERSION, in the cache key: how the responses were made. 2: decoded by specbench.engine, every token drawn by its Verifier. 1 (not named in the
-# key): data.py's own decode loop with torch.multinomial, whose shards hold other samples at T > 0 and are not reused;
-# the committed drafters (specbench/checkpoints/) were trained on version 1, greedy responses only (data.samples=1)
+# DATA_VERSION, in the cache key: how the responses were made. 2: decoded by specbench.engine, every token drawn by its
+# Verifier. 1 (not named in the key): data.py's own decode loop with torch.multinomial, whose shards hold other samples
+# at T > 0 and are not reused; the committed drafters (specbench/checkpoints/) were trained on version 1, greedy
+# responses only (data.samples=1)
 DATA_VERSION = 2
 TOP1_ROWS = 1024  # positions per LM-head call when recording top-1 (bounds the [rows, V] logits in memory)
 GEN_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # data.dtype: the target's while it writes the set
