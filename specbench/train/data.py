@@ -75,7 +75,7 @@ class DistillData:
 
 
 def prompt_files(path: str | list[str] | tuple[str, ...] | None) -> list[Path]:
-    """data.path's files, each checked to exist; null: $SPECBENCH_SPEC_BENCH, else a checkout's committed prompt sets."""
+    """data.path's files, each checked to exist; null: $SPECBENCH_SPEC_BENCH, else a checkout's committed sets."""
     if path is None or path == []:
         env = os.environ.get("SPECBENCH_SPEC_BENCH")
         defaults = [CHECKOUT_PROMPTS / name for name in DEFAULT_PROMPT_SETS]
@@ -110,7 +110,8 @@ def check_data_settings(data_cfg: dict[str, Any]) -> None:
             raise ConfigError(f"data.{key}={value!r}; allowed: an integer >= 1")
     temperature = data_cfg.get("temperature", 0.7)
     if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
-        raise ConfigError(f"data.temperature={temperature!r}; allowed: a number >= 0 (the sampled responses' temperature)")
+        raise ConfigError(f"data.temperature={temperature!r}; allowed: a number >= 0 (the sampled responses' "
+                          f"temperature)")
 
 
 def training_prompts(path: str | list[str] | tuple[str, ...] | None,
