@@ -23,6 +23,12 @@ def unknown(kind: str, given: object, allowed: Iterable[str], hint: str = "") ->
     return ConfigError(msg + (f". {hint}" if hint else ""))
 
 
+def require_int(setting: str, value: object, low: int = 1) -> None:
+    """A ConfigError naming `setting` unless `value` is an integer (not a bool) >= `low`."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigError(f"{setting}={value!r}; allowed: an integer >= {low}")
+
+
 def read_json_object(path: Path, setting: str, holds: str) -> dict[str, Any]:
     """The JSON object in `path`; a ConfigError that names `setting` and the file, and says what it should
     hold, when the file cannot be read, is not JSON, or is not an object."""

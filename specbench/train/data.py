@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from specbench.data.base import Prompt, encode_prompt, read_jsonl
 from specbench.engine import Engine
-from specbench.errors import ConfigError
+from specbench.errors import ConfigError, require_int
 from specbench.models.cuda_graphs import GraphedRunner, cuda_graphs_default, maybe_graphed
 from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import LoadedModel, load_model
@@ -105,9 +105,7 @@ def check_data_settings(data_cfg: dict[str, Any]) -> None:
         raise ConfigError(f"data.dtype={dtype_name!r}; allowed: {', '.join(GEN_DTYPES)} (the target's dtype while it "
                           f"writes the distillation set)")
     for key, default in (("samples", 1), ("max_new_tokens", 128), ("batch_size", 32), ("max_prompt_tokens", 256)):
-        value = data_cfg.get(key, default)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"data.{key}={value!r}; allowed: an integer >= 1")
+        require_int(f"data.{key}", data_cfg.get(key, default))
     temperature = data_cfg.get("temperature", 0.7)
     if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
         raise ConfigError(f"data.temperature={temperature!r}; allowed: a number >= 0 (the sampled responses' "
@@ -217,6 +215,7 @@ def generate_distillation(target: LoadedModel, runner: Runner, prompt_ids: list[
 def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_cfg: dict[str, Any], layers: tuple[int, ...],
                      eos_ids: set[int], seed: int, progress: bool = True) -> DistillData:
     """The cached distillation set for these settings, generating it once."""
+    check_data_settings(data_cfg)  # before the prompts are tokenized (train() checks them before the target loads)
     prompts = training_prompts(data_cfg.get("path"), tuple(data_cfg.get("exclude_categories") or MT_BENCH_CATEGORIES),
                                data_cfg.get("num_prompts"))
     ids = [encode_prompt(p, target.tokenizer) for p in prompts]  # chat template unless the row says chat: false
@@ -224,7 +223,6 @@ def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_
     ids = [ids[i] for i in keep]
     if not ids:
         raise ConfigError(f"no training prompt is <= data.max_prompt_tokens={data_cfg.get('max_prompt_tokens')} tokens")
-    check_data_settings(data_cfg)
     dtype_name = str(data_cfg.get("dtype") or "float32")
     # a float32 set's key is as it was before data.dtype existed, so the sets already made are found again
     key = cache_key(version=DATA_VERSION, target=target_name, ids=ids, layers=layers, seed=seed,

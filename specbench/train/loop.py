@@ -23,7 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from specbench.errors import ConfigError
+from specbench.errors import ConfigError, require_int
 from specbench.models.loading import load_model, resolve_spec
 from specbench.train.data import DistillData, check_data_settings, load_or_generate
 from specbench.train.drafters import Batch, TokenLoss, Trainer
@@ -144,9 +144,7 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
         raise ConfigError(f"resume=true but {last} holds no saved state; run once without resume first")
     check_data_settings(d)  # before the target loads: a wrong setting costs no model load
     for key in ("steps", "batch_size"):
-        value = t.get(key, 1)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"train.{key}={value!r}; allowed: an integer >= 1")
+        require_int(f"train.{key}", t.get(key, 1))
     device_name = c.get("device", "auto")
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device_name == "auto" else device_name)
     if c.get("threads"):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.errors import ConfigError
+from specbench.errors import ConfigError, require_int
 from specbench.models.loading import LoadedModel
 from specbench.strategies.checkpoints import read_weights
 from specbench.strategies.parallel import ParallelConfig, default_mask_token_id, draft_from_target, save_parallel
@@ -65,9 +65,8 @@ class ParallelTrainer(Trainer):
         super().__init__(target, target_label, data_layers)
         hf = target.model
         total = hf.config.num_hidden_layers
-        for key, value, low in (("k", k, 2), ("cuts", cuts, 0)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ConfigError(f"strategy.{key}={value!r}; allowed: an integer >= {low}")
+        require_int("strategy.k", k, 2)
+        require_int("strategy.cuts", cuts, 0)
         vocab = target.vocab_size
         self.mask_id = default_mask_token_id(target.tokenizer, vocab) if mask_token_id is None else mask_token_id
         if not 0 <= self.mask_id < vocab:
