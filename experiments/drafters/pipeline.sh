@@ -17,6 +17,7 @@
 #   bash experiments/drafters/pipeline.sh wide-data  # evals-data's set plus those two sets (calls 1, 2)
 #   bash experiments/drafters/pipeline.sh wide    # (call 3) soft's recipe on that set, then the new head's AL
 #   bash experiments/drafters/pipeline.sh mlp     # (call 3 instead) wide's recipe with a wider MLP (MLP_WIDTH, MLP_VOCAB)
+#   bash experiments/drafters/pipeline.sh twice-data  # wide's set plus magpie-more's seeds 4-7 (MAGPIE_SEEDS), then twice
 # The EAGLE heads before the soft stage were trained on the target's top-1 (strategy.soft_labels=false, the
 # default until 2026-12-03): their stages say so, so they still make the same heads.
 # Every stage has a time budget, so a command ends inside its limit; what a budget cut is printed with the
@@ -32,7 +33,7 @@
 # Spec-Bench's question.jsonl. device_tree.sh's header lists the calls of the arena run. (Until 2026-12-05 the GGUF
 # went in three parts of 33 MB with only the checkpoints' weights moved out; the stage joins either.)
 set -euo pipefail
-stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long|arena-data|arena|magpie-more|wide-data|wide|mlp}
+stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long|arena-data|arena|magpie-more|wide-data|wide|mlp|twice-data|twice}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
 G=$PWD/.cache/gpu
 RUN=$G/run
@@ -135,7 +136,7 @@ fi
 
 if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ] \
     || [ "$stage" = arena-data ] || [ "$stage" = arena ] || [ "$stage" = wide-data ] || [ "$stage" = wide ] \
-    || [ "$stage" = mlp ]; then
+    || [ "$stage" = mlp ] || [ "$stage" = twice-data ] || [ "$stage" = twice ]; then
   # (issue 13 item 3) the shipped head's recipe (vocab: 2 responses per prompt, draft vocabulary 8192, 3-step
   # training-time test) on its prompts plus 10,635 human-written requests from OpenAI's evals registry
   # (prompts/openai_evals.jsonl.gz, `python -m specbench.train.prompts --magpie 0 --code 0 --evals -1`). The set is
@@ -164,15 +165,24 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
   case $stage in
     arena-data|arena) for _ in $(seq "${ARENA_X:-4}"); do more="$more,$P/arena_hard.jsonl.gz"; done; cache=distill5 ;;
     wide-data|wide|mlp) more=",$P/magpie_seed2_smollm2-135m.jsonl.gz,$P/magpie_seed3_smollm2-135m.jsonl.gz"; cache=distill6 ;;
+    twice-data|twice)
+      # twice-data / twice (forty-first session): wide's set plus magpie-more's seeds 4-7 (MAGPIE_SEEDS below), about
+      # twice wide's prompts again: the tenth run's lever (+2.3% for a doubling of the target's own requests), once more
+      more=",$P/magpie_seed2_smollm2-135m.jsonl.gz,$P/magpie_seed3_smollm2-135m.jsonl.gz"; cache=distill7
+      for s in 4 5 6 7; do
+        f=$P/magpie_seed${s}_smollm2-135m.jsonl.gz
+        [ -f "$f" ] || f=$RUN/more/magpie_seed${s}_smollm2-135m.jsonl.gz  # made on this machine, not committed yet
+        more="$more,$f"
+      done ;;
   esac
   EV="strategy=eagle strategy.unroll=3 strategy.soft_labels=false strategy.draft_vocab=8192 train.batch_size=$TB train.lr=6e-4 train.warmup=100
       $COMMON data.max_new_tokens=128 data.samples=${SAMPLES:-2} data.temperature=0.7 data.cache_dir=$RUN/$cache
       data.path=[$P/magpie_smollm2-135m.jsonl.gz,$P/magpie_steered_smollm2-135m.jsonl.gz,$P/python_stdlib.jsonl.gz,$P/openai_evals.jsonl.gz,$SPEC$more]"
-  if [ "$stage" = evals-data ] || [ "$stage" = arena-data ] || [ "$stage" = wide-data ]; then
+  if [ "$stage" = evals-data ] || [ "$stage" = arena-data ] || [ "$stage" = wide-data ] || [ "$stage" = twice-data ]; then
     py -m specbench.train $EV train.steps=$((STEPS * 10 / 3)) train.stop_after=1 \
         data.time_budget_s=${DATA_BUDGET_S:-$((DEADLINE - SECONDS - 45))} output_dir=$RUN/$stage | grep -E "^distillation" | tail -4
   elif [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ] || [ "$stage" = arena ] || [ "$stage" = wide ] \
-      || [ "$stage" = mlp ]; then
+      || [ "$stage" = mlp ] || [ "$stage" = twice ]; then
     # 2026-12-03 (twelfth session): the shipped head's exact recipe (evals: this set, 6000 steps, seed 0) with one
     # change, strategy.soft_labels=true: the token loss is a cross-entropy to the target's distribution over the draft
     # vocabulary (its LM head over the cached final-norm feature), as EAGLE and EAGLE-3 train, not to its top-1. Then
@@ -191,6 +201,7 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
     # arena: soft's recipe (the shipped head's), the data its only change
     [ "$stage" = arena ] && runs="arena:"
     [ "$stage" = wide ] && runs="wide:"  # the same: the data its only change
+    [ "$stage" = twice ] && runs="twice:"  # the same again, on twice-data's set
     # mlp (thirty-fourth session, 2026-12-06): wide's recipe and data (the shipped head's) with a wider MLP, the
     # capacity question the tenth run left (its training and validation agreement were close). The shipped head's
     # 8.93 M parameters take 17.9 MB in fp16, 4.72 M of them its draft vocabulary's LM head; with the target's LM head
@@ -240,9 +251,19 @@ if [ "$stage" = magpie-more ]; then
   # 2026-12-05 (twenty-ninth session; README, "Ninth run"): more of the target's own requests, for a run that asks
   # whether a wider spread of prompts carries over to MT-Bench. A plain set (seed 2) and one steered by task verbs
   # (seed 3), each drawn for MAGPIE_MORE_S seconds at most; both come back in $OUT to be committed under prompts/
-  for s in "2:" "3:--magpie-openers"; do
-    py -m specbench.train.prompts --out "$OUT/magpie_seed${s%%:*}_smollm2-135m.jsonl.gz" --device $DEV --magpie $((MAGPIE * 2)) \
-        --code 0 --seed ${s%%:*} ${s#*:} --batch-size $MAGPIE_BS --magpie-time-budget ${MAGPIE_MORE_S:-110} | tail -3
+  # MAGPIE_SEEDS / MAGPIE_DTYPE (forty-first session): which sets ("seed:flags" each; twice-data reads seeds 4-7:
+  # MAGPIE_SEEDS="4: 5:--magpie-openers 6: 7:--magpie-openers") and the writer's dtype (bfloat16: the decode engine's
+  # path, as DATA_DTYPE); each set is kept in $RUN/more for the data stage of the same machine, and a set already
+  # there or committed is not drawn again
+  mkdir -p "$RUN/more"
+  P=$PWD/experiments/drafters/prompts
+  for s in ${MAGPIE_SEEDS:-"2:" "3:--magpie-openers"}; do
+    name=magpie_seed${s%%:*}_smollm2-135m.jsonl.gz
+    if [ ! -f "$P/$name" ] && [ ! -f "$RUN/more/$name" ]; then
+      py -m specbench.train.prompts --out "$RUN/more/$name" --device $DEV --magpie $((MAGPIE * 2)) --dtype ${MAGPIE_DTYPE:-float32} \
+          --code 0 --seed ${s%%:*} ${s#*:} --batch-size $MAGPIE_BS --magpie-time-budget ${MAGPIE_MORE_S:-110} | tail -3
+    fi
+    [ ! -f "$RUN/more/$name" ] || cp "$RUN/more/$name" "$OUT/"
   done
 fi
 

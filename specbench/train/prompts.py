@@ -88,13 +88,15 @@ def clean_query(text: str) -> str | None:
 
 def synthesize_magpie(target, num: int, *, max_new_tokens: int = 128, temperature: float = 1.0, top_p: float = 0.98,
                       seed: int = 0, batch_size: int = 64, time_budget_s: float | None = None,
-                      openers: tuple[str, ...] = (), progress: bool = True) -> list[Prompt]:
+                      openers: tuple[str, ...] = (), progress: bool = True, cuda_graphs: bool = False) -> list[Prompt]:
     """Up to `num` distinct user requests sampled from the target (a LoadedModel) after its user-turn
     prefix (and, with `openers`, a first few words drawn per row with `seed`); fewer when
-    `time_budget_s` runs out first (the batches drawn so far are kept)."""
+    `time_budget_s` runs out first (the batches drawn so far are kept). `cuda_graphs` decodes under CUDA graphs
+    (on the CPU it runs the graphed runner's code path eagerly)."""
     from tqdm.auto import tqdm
 
     from specbench.engine import Engine
+    from specbench.models.cuda_graphs import maybe_graphed
     from specbench.models.runner import make_runner
     from specbench.strategies.base import BuildContext
     from specbench.strategies.none import TargetOnly
@@ -103,7 +105,7 @@ def synthesize_magpie(target, num: int, *, max_new_tokens: int = 128, temperatur
     device = target.model.device
     prefix = magpie_prefix(target.tokenizer)
     sampling = SamplingParams(temperature=temperature, top_p=top_p, seed=seed)
-    runner = make_runner(target.model)
+    runner = maybe_graphed(make_runner(target.model), cuda_graphs)
     ctx = BuildContext(target=target, target_runner=runner, draft=None, sampling=sampling, device=device)
     # one Verifier for the whole set: every batch continues the same seeded noise stream
     engine = Engine(runner, TargetOnly(ctx), Verifier(sampling, device), max_new_tokens=max_new_tokens,
@@ -362,6 +364,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="the magpie writer's dtype; bfloat16 decodes on the decode engine's path (Triton kernels and "
+                         "CUDA graphs on CUDA), as data.dtype=bfloat16 writes a distillation set; the committed sets "
+                         "were drawn in float32")
     a = ap.parse_args(argv)
 
     t0 = time.perf_counter()
@@ -380,10 +386,14 @@ def main(argv: list[str] | None = None) -> None:
     if a.magpie:
         from specbench.models.loading import load_model, resolve_spec
 
-        target = load_model(resolve_spec({"name": a.target}, "target"), torch.device(a.device), torch.float32)
+        from specbench.models.cuda_graphs import cuda_graphs_default
+
+        device = torch.device(a.device)
+        target = load_model(resolve_spec({"name": a.target}, "target"), device, getattr(torch, a.dtype))
         magpie = synthesize_magpie(target, a.magpie, max_new_tokens=a.magpie_max_new_tokens, temperature=a.magpie_temperature,
                                    top_p=a.magpie_top_p, seed=a.seed, batch_size=a.batch_size,
-                                   time_budget_s=a.magpie_time_budget, openers=OPENERS if a.magpie_openers else ())
+                                   time_budget_s=a.magpie_time_budget, openers=OPENERS if a.magpie_openers else (),
+                                   cuda_graphs=a.dtype == "bfloat16" and cuda_graphs_default("auto", device))
         print(f"magpie: {len(magpie)} requests in {time.perf_counter() - t0:.0f}s")
         prompts += magpie
     kept, dropped = drop_contaminated(prompts, evaluation_texts())

@@ -101,6 +101,9 @@ def test_synthesize_magpie_samples_distinct_requests_and_steers_them_with_opener
     plain = synthesize_magpie(target, 5, max_new_tokens=40, batch_size=8, seed=0, progress=False)
     assert len(plain) == 5 and len({p.text for p in plain}) == 5
     assert all(p.category == "magpie" and p.chat for p in plain)
+    # the graphed runner's code path (eager on the CPU), as --dtype bfloat16 runs it on CUDA: the same requests
+    assert synthesize_magpie(target, 5, max_new_tokens=40, batch_size=8, seed=0, progress=False,
+                             cuda_graphs=True) == plain
     steered = synthesize_magpie(target, 5, max_new_tokens=40, batch_size=8, seed=0, openers=("Write", "Solve"),
                                 progress=False)
     assert all(p.text.startswith(("Write", "Solve")) and p.category == "magpie-steered" for p in steered)
