@@ -50,6 +50,10 @@
 #   3. [.whl]                DATA_DTYPE=bfloat16 SAMPLES=4 BASE_HEADS= MLP_WIDTH=3072 MLP_VOCAB=8192 TRAIN_BUDGET_S=330 \
 #                              DEADLINE_S=555 bash experiments/drafters/pipeline.sh mlp
 # (and with MLP_WIDTH=1536 for the shipped width on that set, a fourth call, to separate the two effects).
+# Run instead in the forty-first session (2026-12-06, one H100; experiments/drafters/README.md, "Twice the target's own
+# requests again"): after the pip call, [.whl, .cache/gpu/b] `pipeline.sh magpie-more` (MAGPIE_SEEDS="4: 5:--magpie-openers
+# 6: 7:--magpie-openers" MAGPIE_DTYPE=bfloat16 MAGPIE_MORE_S=45) then `DATA_DTYPE=bfloat16 pipeline.sh twice-data` in one
+# call (563 s), then [.whl] `DATA_DTYPE=bfloat16 BASE_HEADS= TRAIN_BUDGET_S=340 DEADLINE_S=560 ... twice` (460 s).
 # To stop a bg-data early on the device:
 # pkill -f '[p]ipeline.sh arena-dat' (a plain pattern also matches the calling shell's own command line and kills it).
 set -euo pipefail
