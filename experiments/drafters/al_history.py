@@ -59,6 +59,15 @@ def main() -> None:
     ax.set_xticks(range(len(got)), [label for label, _, _, _ in got], rotation=30, ha="right", fontsize=8)
     ax.set_ylim(1.0, AIM + 0.2)
     ax.set_ylabel("acceptance length")
+    # the first draft's acceptance: what the chain's AL mostly follows, and what the data stopped moving
+    rate = ax.twinx()
+    rate.plot(range(len(got)), [first for _, _, first, _ in got], color="tab:orange", marker="o",
+              label="first draft accepted (right)")
+    # 1 + p + p^2 + p^3 = 2.2 at p = 0.607: the rate every position (given the one before) would need for the aim
+    rate.axhline(0.607, color="tab:orange", linestyle=":", label="0.607 at every position gives 2.2 (right)")
+    rate.set_ylim(0.3, 0.7)
+    rate.set_ylabel("share of steps whose first draft was accepted")
+    rate.legend(loc="upper right")
     ax.set_title("EAGLE chain on SmolLM2-135M: MT-Bench's 80 first turns, k=3, T=0, head by head")
     ax.legend(loc="upper left")
     fig.tight_layout()
