@@ -15,6 +15,7 @@ import json
 import math
 import shutil
 import time
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,25 @@ def _evaluate(trainer: Trainer, data: DistillData, ids: list[int], token_loss: T
     return {f"val/{k}": v for k, v in metrics.items()}
 
 
+def summary(step: int, recent: list[dict[str, float]], held_out: dict[str, float], val_sequences: int) -> str:
+    """The run's closing table: each training metric's mean over the last `len(recent)` batches beside its value on
+    the held-out sequences at the last validation (`held_out`, keys "val/<metric>"; empty when none ran). Equal
+    columns mean the drafter does as well on sequences it has not seen as on those it trains on."""
+    keys = [k for k in recent[-1] if k != "grad_norm"] if recent else []
+    if not keys:
+        return ""
+    head = f"at step {step}: mean of the last {len(recent)} training batches"
+    held = f"the {val_sequences} held-out sequence{'' if val_sequences == 1 else 's'}"
+    lines = [f"{head} and {held}" if held_out else head,
+             "| metric | training | held out |", "| --- | --- | --- |"]
+    for k in keys:
+        values = [m[k] for m in recent if k in m]
+        mean = sum(values) / len(values)
+        val = held_out.get(f"val/{k}")
+        lines.append(f"| {k} | {mean:.3f} | {'-' if val is None else f'{val:.3f}'} |")
+    return "\n".join(lines)
+
+
 def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     """Train the configured drafter; returns the checkpoint directory."""
     c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
@@ -194,6 +214,8 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     bar = tqdm(total=steps, initial=step, desc=f"train {s.get('name')}", dynamic_ncols=True, mininterval=2.0)
     stop_after = int(t.get("stop_after") or steps)  # stop early with the schedule of `steps` (reproduces a cut run)
     budget = t.get("time_budget_s")  # wall-clock cap on this run's training (the data has its own)
+    recent: deque[dict[str, float]] = deque(maxlen=100)  # the last batches' metrics, for the closing table
+    held_out: dict[str, float] = {}
     while step < min(steps, stop_after):
         # batches are a function of (seed, step): a resumed run sees the same sequence of batches
         epoch, within = divmod(step, per_epoch)
@@ -211,13 +233,15 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
         step += 1
         bar.update(1)
         bar.set_postfix({k: f"{v:.3f}" for k, v in metrics.items() if k == "loss" or k.startswith("acc_")})
+        recent.append(metrics)
         if step % log_every == 0 or step in (steps, stop_after):
             log(step, {**metrics, "lr": opt.param_groups[0]["lr"], "epoch": step / per_epoch,
                        "elapsed_s": time.perf_counter() - t0})
         out_of_time = budget is not None and time.perf_counter() - t0 > float(budget) and step < min(steps, stop_after)
         if step % save_every == 0 or step in (steps, stop_after) or out_of_time:
             if val_ids:
-                log(step, _evaluate(trainer, data, val_ids, token_loss, device, with_layers, seed))
+                held_out = _evaluate(trainer, data, val_ids, token_loss, device, with_layers, seed)
+                log(step, held_out)
             _save_state(trainer, opt, step, last)
         if out_of_time:
             print(f"train.time_budget_s={budget} reached at step {step} of {steps}; the same weights again: "
@@ -234,4 +258,7 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     trainer.save(ckpt_dir)
     log.finish()
     print(f"checkpoint: {ckpt_dir} ({step} steps, {time.perf_counter() - t0:.0f}s this run)")
+    table = summary(step, list(recent), held_out, len(val_ids))
+    if table:
+        print(table)
     return ckpt_dir

@@ -52,9 +52,17 @@ def _cfg(tmp_path, prompts_file, *overrides):
             "train.val_sequences=1", "train.log_every=1", *overrides])
 
 
-def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file):
+def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file, capsys):
     ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=2"))
     run = tmp_path / "run"
+    # the closing table: the last batches' mean beside the last validation's figures, as metrics.jsonl holds them
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train_rows, val = [r for r in logged if "acc_1" in r], [r for r in logged if "val/acc_1" in r][-1]
+    printed = capsys.readouterr().out
+    assert "at step 2: mean of the last 2 training batches and the 1 held-out sequence" in printed
+    for k in ("acc_1", "acc_2", "loss"):
+        mean = sum(r[k] for r in train_rows) / len(train_rows)
+        assert f"| {k} | {mean:.3f} | {val['val/' + k]:.3f} |" in printed
     assert (ckpt / "model.safetensors").exists() and json.loads((run / "last" / "state.json").read_text())["step"] == 2
     shards = sorted((tmp_path / "data").glob("distill-*.shards/*.pt"))
     assert len(shards) == 2  # 6 prompts in batches of 4, cached: a rerun does not regenerate
