@@ -44,7 +44,8 @@
 # about 210 + 400 + 400 + 460 s. Run so in the fortieth session (2026-12-06, one H100): calls of 416 s (suite), 384 s
 # (big 140 s, then the set) and 449 s (`MLP_WIDTH=3072 MLP_VOCAB=8192 TRAIN_BUDGET_S=330 DEADLINE_S=555 ... mlp`: 6000
 # steps in 321 s and the sweep); 1544 s held with the machine's start.
-# Next (planned in the fortieth session, not yet run): the wider head on a set twice as large from the same prompts
+# Planned in the fortieth session, not run (the forty-first session's `twice` run, below, found a second doubling of
+# the prompts a wash, so a set doubled by more responses to the same prompts is unlikely to pay): the wider head on a set twice as large from the same prompts
 # (SAMPLES=4; smoke-tested with SMOKE=1 on the CPU), after the pip call:
 #   2. [.whl, .cache/gpu/b]  DATA_DTYPE=bfloat16 SAMPLES=4 DEADLINE_S=570 bash experiments/drafters/pipeline.sh wide-data
 #   3. [.whl]                DATA_DTYPE=bfloat16 SAMPLES=4 BASE_HEADS= MLP_WIDTH=3072 MLP_VOCAB=8192 TRAIN_BUDGET_S=330 \
