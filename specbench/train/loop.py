@@ -261,4 +261,8 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     table = summary(step, list(recent), held_out, len(val_ids))
     if table:
         print(table)
+    if recent:
+        from specbench.train.curves import plot as plot_curves
+
+        print(f"curves: {plot_curves(log.path, out_dir / 'curves.png')}")
     return ckpt_dir

@@ -60,6 +60,7 @@ def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file, capsys):
     train_rows, val = [r for r in logged if "acc_1" in r], [r for r in logged if "val/acc_1" in r][-1]
     printed = capsys.readouterr().out
     assert "at step 2: mean of the last 2 training batches and the 1 held-out sequence" in printed
+    assert f"curves: {run / 'curves.png'}" in printed and (run / "curves.png").read_bytes()[:4] == b"\x89PNG"
     for k in ("acc_1", "acc_2", "loss"):
         mean = sum(r[k] for r in train_rows) / len(train_rows)
         assert f"| {k} | {mean:.3f} | {val['val/' + k]:.3f} |" in printed
