@@ -161,20 +161,19 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
   # SAMPLES (fortieth session; default 2, every head so far): responses per prompt, the greedy one and SAMPLES - 1 at
   # T = 0.7, for the question of a set twice as large from the same prompts (SAMPLES=4: ~244 shards of wide-data, about
   # 470 s on an H100 in bfloat16); pass it to the data and the training calls alike (the set's cache key holds it)
-  more=""; cache=distill4
+  more=""; cache=distill4; seeds=""
   case $stage in
     arena-data|arena) for _ in $(seq "${ARENA_X:-4}"); do more="$more,$P/arena_hard.jsonl.gz"; done; cache=distill5 ;;
-    wide-data|wide|mlp) more=",$P/magpie_seed2_smollm2-135m.jsonl.gz,$P/magpie_seed3_smollm2-135m.jsonl.gz"; cache=distill6 ;;
-    twice-data|twice)
-      # twice-data / twice (forty-first session): wide's set plus magpie-more's seeds 4-7 (MAGPIE_SEEDS below), about
-      # twice wide's prompts again: the tenth run's lever (+2.3% for a doubling of the target's own requests), once more
-      more=",$P/magpie_seed2_smollm2-135m.jsonl.gz,$P/magpie_seed3_smollm2-135m.jsonl.gz"; cache=distill7
-      for s in 4 5 6 7; do
-        f=$P/magpie_seed${s}_smollm2-135m.jsonl.gz
-        [ -f "$f" ] || f=$RUN/more/magpie_seed${s}_smollm2-135m.jsonl.gz  # made on this machine, not committed yet
-        more="$more,$f"
-      done ;;
+    wide-data|wide|mlp) seeds="2 3"; cache=distill6 ;;
+    # twice-data / twice (forty-first session): wide's set plus magpie-more's seeds 4-7 (MAGPIE_SEEDS below), about
+    # twice wide's prompts again: the tenth run's lever (+2.3% for a doubling of the target's own requests), once more
+    twice-data|twice) seeds="2 3 4 5 6 7"; cache=distill7 ;;
   esac
+  for s in $seeds; do  # magpie-more's sets: committed, or made on this machine and not committed yet
+    f=$P/magpie_seed${s}_smollm2-135m.jsonl.gz
+    [ -f "$f" ] || f=$RUN/more/magpie_seed${s}_smollm2-135m.jsonl.gz
+    more="$more,$f"
+  done
   EV="strategy=eagle strategy.unroll=3 strategy.soft_labels=false strategy.draft_vocab=8192 train.batch_size=$TB train.lr=6e-4 train.warmup=100
       $COMMON data.max_new_tokens=128 data.samples=${SAMPLES:-2} data.temperature=0.7 data.cache_dir=$RUN/$cache
       data.path=[$P/magpie_smollm2-135m.jsonl.gz,$P/magpie_steered_smollm2-135m.jsonl.gz,$P/python_stdlib.jsonl.gz,$P/openai_evals.jsonl.gz,$SPEC$more]"
