@@ -17,6 +17,11 @@ from specbench.errors import ConfigError
 Series = tuple[list[int], list[float]]
 
 
+def _held_out(row: dict) -> bool:
+    """A validation row (its metrics are "val/<name>"), not a training one."""
+    return any(k.startswith("val/") for k in row)
+
+
 def read_rows(path: Path) -> list[dict]:
     """metrics.jsonl's rows in step order; where a resumed run logged a step again, its last row for each kind
     (training or held out) is kept."""
@@ -24,7 +29,7 @@ def read_rows(path: Path) -> list[dict]:
     for line in path.read_text().splitlines():
         if line.strip():
             row = json.loads(line)
-            latest[(int(row["step"]), any(k.startswith("val/") for k in row))] = row
+            latest[(int(row["step"]), _held_out(row))] = row
     return [latest[key] for key in sorted(latest)]
 
 
@@ -32,7 +37,7 @@ def series(rows: list[dict], window: int) -> dict[str, Series]:
     """{name: (steps, values)}: every `acc_<j>` and `loss` of the training rows as a moving mean over the last
     `window` logged rows, and the held-out rows' `val/acc_<j>` and `val/loss` as logged."""
     out: dict[str, Series] = {}
-    train = [r for r in rows if not any(k.startswith("val/") for k in r)]
+    train = [r for r in rows if not _held_out(r)]
     for name in sorted({k for r in train for k in r if re.fullmatch(r"acc_\d+|loss", k)}):
         steps, values, recent = [], [], []
         for r in train:
@@ -41,7 +46,7 @@ def series(rows: list[dict], window: int) -> dict[str, Series]:
                 steps.append(int(r["step"]))
                 values.append(sum(recent) / len(recent))
         out[name] = (steps, values)
-    held = [r for r in rows if any(k.startswith("val/") for k in r)]
+    held = [r for r in rows if _held_out(r)]
     for name in sorted({k for r in held for k in r if re.fullmatch(r"val/(acc_\d+|loss)", k)}):
         pairs = [(int(r["step"]), r[name]) for r in held if name in r]
         out[name] = ([s for s, _ in pairs], [v for _, v in pairs])
