@@ -88,6 +88,17 @@ class TokenLoss:
         weight = lm_head_weight if self.classes is None else lm_head_weight[self.classes]
         return torch.softmax(F.linear(features.to(weight.dtype), weight).float(), dim=-1)
 
+    @torch.no_grad()
+    def predicts(self, lm_head: nn.Module, hidden: torch.Tensor, tokens: torch.Tensor,
+                 chunk: int = 4096) -> torch.Tensor:
+        """hidden [..., H], tokens [...] target ids -> [...] bool: the head's top-1 over the scored classes is that
+        token (never for a token outside them). No gradient; rows go through the LM head `chunk` at a time."""
+        flat, ids = hidden.reshape(-1, hidden.shape[-1]), tokens.reshape(-1)
+        target = ids if self.index is None else self.index[ids]
+        top = torch.cat([(lm_head(h) if self.ids is None else F.linear(h, lm_head.weight[self.ids])).argmax(-1)
+                         for h in flat.split(chunk)]) if flat.shape[0] else target.new_empty(0)
+        return (top == target).reshape(tokens.shape)
+
     def outside(self, labels: torch.Tensor) -> torch.Tensor:
         """[M] target ids -> [M] bool: the labels this loss cannot score."""
         return torch.zeros_like(labels, dtype=torch.bool) if self.index is None else self.index[labels] < 0
@@ -214,15 +225,20 @@ class EagleTrainer(Trainer):
     `train.ce_vocab` does not apply then: draft_vocab wins. `soft_labels` (the default; false before 2026-12-03): the
     token loss is a cross-entropy to the target's whole distribution at each position (its frozen LM head over the
     cached final-norm feature, renormalised to the scored vocabulary), as EAGLE and EAGLE-3 train, instead of to its
-    top-1."""
+    top-1. `aligned_unroll` (GRIFFIN's token-alignable training, arXiv 2502.11018): an unrolled step j >= 2 is trained
+    only at positions where every earlier step's top-1 was the token that step j is fed, i.e. where drafting would
+    reach it; elsewhere its draft is never verified, so the loss there spends capacity on what cannot be accepted."""
 
     name = "eagle"
 
     def __init__(self, target: LoadedModel, target_label: str, data_layers: tuple[int, ...], name: str = "eagle",
                  fuse_layers: list[int] | None = None, unroll: int = 2, w_feature: float = 1.0, w_token: float = 0.5,
                  feature_noise: float = 0.0, draft_vocab: int | None = None, soft_labels: bool = True,
-                 intermediate_size: int | None = None) -> None:
+                 intermediate_size: int | None = None, aligned_unroll: bool = False) -> None:
         super().__init__(target, target_label, data_layers)
+        if not isinstance(aligned_unroll, bool):
+            raise ConfigError(f"strategy.aligned_unroll={aligned_unroll!r}; allowed: true (train unrolled step j only "
+                              f"where steps 1..j-1 predicted the tokens it is fed) or false (at every position)")
         if not isinstance(soft_labels, bool):
             raise ConfigError(f"strategy.soft_labels={soft_labels!r}; allowed: true (the target's distribution) or "
                               f"false (its top-1)")
@@ -244,6 +260,7 @@ class EagleTrainer(Trainer):
         self.vocab: DraftVocab | None = None  # chosen in prepare(), once the data exists
         self.unroll, self.w_feature, self.w_token, self.noise = unroll, w_feature, w_token, feature_noise
         self.soft_labels = soft_labels
+        self.aligned_unroll = aligned_unroll
 
     def layers(self) -> tuple[int, ...]:
         return tuple(self.module.cfg.fuse_layers or ())
@@ -304,6 +321,8 @@ class EagleTrainer(Trainer):
         total = torch.zeros((), device=feature.device)
         metrics: dict[str, float] = {}
         kvs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        hits: list[torch.Tensor] = []  # aligned_unroll: [B, T] bool per step, its top-1 at i is x_{i+2}
+        fed_tokens = F.pad(tokens[:, 1:], (0, 1))  # x_{i+2}: what the next step is fed after step s's output at i
         out = None
         for j in range(1, self.unroll + 1):
             if j == 1:
@@ -315,14 +334,27 @@ class EagleTrainer(Trainer):
                 extra += [(kvs[s - 1][0], kvs[s - 1][1], (k == q - (j - s))[:, None]) for s in range(2, j)]
                 out, kv = head(fed, tokens, pos, extra_kv=extra, kv_mask=(k == q)[:, None], return_kv=True)
                 step_valid = valid & (pos >= j - 1)
+            scored = step_valid  # the positions its losses count; acc_j is measured at every step_valid one
+            if self.aligned_unroll and j > 1:  # step s's output at i-(j-s) was drafted, for every s < j
+                for s, hit in enumerate(hits, start=1):
+                    scored = scored & F.pad(hit[:, :t - (j - s)], (j - s, 0))
+                metrics[f"aligned_{j}"] = float(scored.sum() / step_valid.sum().clamp(min=1))
+            if self.aligned_unroll and j < self.unroll:
+                hits.append(token_loss.predicts(head.lm_head, out.detach(), fed_tokens))
             kvs.append(kv)
-            m = step_valid[..., None].float()
+            m = scored[..., None].float()
             reg = (F.smooth_l1_loss(out, target_feat, reduction="none") * m).sum()
             reg = reg / (m.sum() * out.shape[-1]).clamp(min=1)
             pick = ok & step_valid.gather(1, cols)
             sel = out.gather(1, cols[..., None].expand(-1, -1, out.shape[-1]))[pick]  # [M, H]
             picked = labels.gather(1, cols)[pick]  # [M] target ids
-            ce, correct = token_loss(head.lm_head, sel, picked, None if soft is None else soft[pick[first]])
+            if scored is step_valid:
+                ce, correct = token_loss(head.lm_head, sel, picked, None if soft is None else soft[pick[first]])
+            else:  # the loss over the aligned rows; the agreement over all of them, comparable with a plain run's
+                train_rows = scored.gather(1, cols)[pick]
+                ce, _ = token_loss(head.lm_head, sel[train_rows], picked[train_rows],
+                                   None if soft is None else soft[pick[first]][train_rows])
+                correct = token_loss.predicts(head.lm_head, sel.detach(), picked)
             total = total + self.w_feature * reg + self.w_token * ce
             if j == 1 and token_loss.index is not None:  # step 1's labels hold every later step's
                 metrics["outside_vocab"] = float(token_loss.outside(picked).float().mean()) if picked.numel() else 0.0

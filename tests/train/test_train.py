@@ -211,6 +211,97 @@ def test_the_eagle_loss_with_a_draft_vocab_depends_on_inside_labels_only():
     assert not torch.equal(loss(other)[0], total)
 
 
+def test_token_loss_predicts_is_the_heads_top1_over_its_classes_never_outside_them():
+    head = nn.Linear(5, 3, bias=False)  # [Vd=3, H=5]: draft ids 0, 1, 2 are target ids 1, 4, 6 of 7
+    with torch.no_grad():
+        head.weight.copy_(torch.eye(3, 5))
+    index = torch.full((7,), -100)
+    index[torch.tensor([1, 4, 6])] = torch.arange(3)
+    hidden = torch.tensor([[[0.0, 2, 0, 1, 0], [5, 0, 0, 0, 0], [0, 0, 3, 0, 1]],
+                           [[4, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 7, 0, 0, 0]]])  # [B=2, T=3, H]: argmax 1 0 2 / 0 2 1
+    tokens = torch.tensor([[4, 1, 2], [1, 6, 1]])  # target 2 is outside; row 1's last is draft id 0, not 1
+    for chunk in (1, 2, 4096):  # the same in any number of LM-head chunks
+        hit = TokenLoss(None, index).predicts(head, hidden, tokens, chunk=chunk)
+        assert hit.tolist() == [[True, True, False], [True, True, False]]
+    full = nn.Linear(5, 7, bias=False)  # a shared head scored on rows 1, 4, 6 (train.ce_vocab) gives the same
+    with torch.no_grad():
+        full.weight.zero_()
+        full.weight[[1, 4, 6]] = head.weight
+    hit = TokenLoss.over(torch.tensor([1, 4, 6]), 7).predicts(full, hidden, tokens)
+    assert hit.tolist() == [[True, True, False], [True, True, False]]
+    assert TokenLoss(None, None).predicts(full, hidden[:, :0], tokens[:, :0]).shape == (2, 0)
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+def test_aligned_unroll_trains_step_j_only_where_every_earlier_step_drafted_its_fed_token(monkeypatch, aligned):
+    """GRIFFIN's token alignment: unrolled step j is scored at i only where step s's top-1 at i-(j-s) was the token
+    fed after it (x at i-(j-s)+2), for every s < j. The earlier steps' hits are fixed patterns here (a fake
+    `predicts`), so the test sees which rows each step scores, in row-major order, against those patterns."""
+    target = tiny("tiny-llama")
+    trainer = EagleTrainer(target, "tiny-llama", (), unroll=3, soft_labels=False, aligned_unroll=aligned)
+    top1 = [[(7 * i + 3) % V for i in range(9)], [(5 * i + 1) % V for i in range(7)]]  # [B=2], 9 and 7 labels
+    data = _data(top1)
+    token_loss = trainer.prepare(data, [0, 1], 0, CPU, None)
+    batch = make_batch(data, [0, 1], CPU, False)
+    bsz, t = batch.hidden.shape[:2]
+    g = torch.Generator().manual_seed(3)
+    patterns = [torch.rand(bsz, t, generator=g) < 0.6 for _ in range(2)]  # steps 1 and 2's hits
+    fed = []
+
+    def fake_predicts(self, lm_head, hidden, tokens, chunk=4096):
+        if hidden.dim() == 2:  # the agreement metric over scored rows [M, H]: the real one
+            return real_predicts(self, lm_head, hidden, tokens, chunk)
+        assert hidden.shape[:2] == tokens.shape == (bsz, t) and not hidden.requires_grad
+        fed.append(tokens)
+        return patterns[len(fed) - 1]
+
+    seen = []
+    real, real_predicts = TokenLoss.__call__, TokenLoss.predicts
+
+    def record(self, lm_head, hidden, labels, soft=None):
+        seen.append(labels)
+        return real(self, lm_head, hidden, labels, soft)
+
+    monkeypatch.setattr(TokenLoss, "predicts", fake_predicts)
+    monkeypatch.setattr(TokenLoss, "__call__", record)
+    _, metrics = trainer.loss(batch, token_loss, 0, torch.Generator().manual_seed(0))
+    assert len(seen) == 3
+    assert len(fed) == (2 if aligned else 0)
+    for tokens in fed:  # the token fed after step s's output at i: x_{i+2}
+        assert torch.equal(tokens[:, :-1], batch.tokens[:, 2:t + 1])
+    pos = torch.arange(t).expand(bsz, t)
+    valid = pos <= batch.lengths[:, None] - 3
+    labels = F.pad(batch.top1[:, 1:], (0, 1))
+    for j in (1, 2, 3):
+        scored = valid & (pos >= j - 1)
+        if aligned:
+            for s in range(1, j):
+                d = j - s
+                shifted = torch.zeros(bsz, t, dtype=torch.bool)
+                shifted[:, d:] = patterns[s - 1][:, :t - d]
+                scored &= shifted
+        assert torch.equal(seen[j - 1], labels[scored]), j
+        if aligned and j > 1:
+            assert metrics[f"aligned_{j}"] == pytest.approx(float(scored.sum() / (valid & (pos >= j - 1)).sum()))
+    assert aligned or "aligned_2" not in metrics
+    if aligned:  # acc_j stays the agreement at every position (a plain run's metric), not only the trained ones
+        monkeypatch.setattr(TokenLoss, "predicts", real_predicts)
+        plain = EagleTrainer(target, "tiny-llama", (), unroll=3, soft_labels=False)
+        plain.module.load_state_dict(trainer.module.state_dict())
+        _, plain_metrics = plain.loss(batch, token_loss, 0, torch.Generator().manual_seed(0))
+        fed.clear()
+        monkeypatch.setattr(TokenLoss, "predicts", fake_predicts)
+        _, metrics = trainer.loss(batch, token_loss, 0, torch.Generator().manual_seed(0))
+        for j in (1, 2, 3):
+            assert metrics[f"acc_{j}"] == plain_metrics[f"acc_{j}"]
+
+
+def test_a_bad_aligned_unroll_value_is_a_config_error(tmp_path, prompts_file):
+    with pytest.raises(ConfigError, match=r"strategy.aligned_unroll='yes'; allowed: true .* or false"):
+        train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.aligned_unroll=yes"))
+    assert not (tmp_path / "data").exists()
+
+
 def test_eagle_with_a_draft_vocab_trains_saves_its_counts_resumes_and_decodes_losslessly(tmp_path, prompts_file,
                                                                                       capsys, monkeypatch):
     n = 13
