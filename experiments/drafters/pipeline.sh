@@ -236,8 +236,11 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
         strategy.checkpoint=$heads hydra.sweep.subdir=\${hydra.job.num}"
     # strategy=eagle in both: the default strategy is eagle_tree since 2026-12-03 (fifteenth session), so without it
     # the "chain" ran the default's small tree (the nofeat run of 2026-12-04 did; experiments/drafters/README.md)
-    for sweep in "chain:strategy=eagle strategy.k=3 sampling.temperature=0,1" \
-                 "tree:strategy=eagle strategy.tree=dynamic strategy.top_k=4 strategy.num_nodes=8 strategy.k=4 sampling.temperature=0"; do
+    # CHAIN_T (forty-second session): the chain's temperatures (default 0,1); NO_TREE=1 leaves the tree out (a call
+    # short of device time: the chain at T = 0 is issue 13's measure)
+    sweeps=("chain:strategy=eagle strategy.k=3 sampling.temperature=${CHAIN_T:-0,1}")
+    [ "${NO_TREE:-0}" = 1 ] || sweeps+=("tree:strategy=eagle strategy.tree=dynamic strategy.top_k=4 strategy.num_nodes=8 strategy.k=4 sampling.temperature=0")
+    for sweep in "${sweeps[@]}"; do
       left=$((DEADLINE - SECONDS))
       timeout $((left > 15 ? left : 15)) python3 -m specbench -m $AL ${sweep#*:} hydra.sweep.dir=$RUN/$stage-al/${sweep%%:*} \
           2>&1 | tr '\r' '\n' | grep -E "^results:|acceptance length|Error" || true
