@@ -213,8 +213,10 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
     # aligned (forty-second session, 2026-12-06): wide's recipe and data with one change, strategy.aligned_unroll=true
     # (GRIFFIN's token alignment: unrolled step j trains only where steps 1..j-1 drafted the tokens it is fed), and
     # the same recipe without it (plain) on the same set, so the pair differs in that setting alone. ALIGNED_RUNS says
-    # which to train in this call (default both); NO_SWEEP=1 skips the sweep (a call that trains one head, with the
-    # next call's BASE_HEADS naming its checkpoint)
+    # which to train in this call (default both, one after the other); NO_SWEEP=1 skips the sweep (a call that trains
+    # one head, with the next call's BASE_HEADS naming its checkpoint). Do not start two of these at once on one
+    # machine: in the forty-second session two trainings side by side ran at 1.9 steps a second each, against 20-24
+    # for one alone (experiments/drafters/README.md, "GRIFFIN's token alignment")
     [ "$stage" = aligned ] && runs=""
     [ "$stage" = aligned ] && for r in ${ALIGNED_RUNS:-aligned plain}; do
       case $r in aligned) runs="$runs aligned:strategy.aligned_unroll=true" ;; plain) runs="$runs plain:" ;;
