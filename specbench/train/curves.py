@@ -62,22 +62,28 @@ def plot(metrics: Path, out: Path, window: int = 20) -> Path:
         raise ConfigError(f"{metrics} holds no acc_<j> or loss rows to plot")
     fig = Figure(figsize=(11, 4))
     agree, loss = fig.subplots(1, 2)
-    for j, name in enumerate(sorted(n for n in curves if n.startswith("acc_"))):
+    # a step's curves, training or held out, whichever the run logged (a run of under log_every steps has only the
+    # held-out rows)
+    steps = sorted({n.removeprefix("val/") for n in curves if n.removeprefix("val/").startswith("acc_")})
+    for j, name in enumerate(steps):
         color = f"C{j}"
-        agree.plot(*curves[name], color=color, label=f"step {name[4:]}, training")
+        if name in curves:
+            agree.plot(*curves[name], color=color, label=f"step {name[4:]}, training")
         if f"val/{name}" in curves:
             agree.plot(*curves[f"val/{name}"], color=color, linestyle="--", marker="o", markersize=3,
                        label=f"step {name[4:]}, held out")
     agree.set(xlabel="training step", ylabel="top-1 agreement with the target",
               title="agreement at each unrolled step")
-    agree.legend(fontsize=7)
+    if steps:
+        agree.legend(fontsize=7)
     for name, style in (("loss", "-"), ("val/loss", "--")):
         if name in curves:
             loss.plot(*curves[name], color="C0", linestyle=style,
                       label="held out" if name.startswith("val/") else "training")
     loss.set(xlabel="training step", ylabel="loss", title="loss")
-    loss.legend(fontsize=7)
-    loss.set_yscale("log")
+    if "loss" in curves or "val/loss" in curves:
+        loss.legend(fontsize=7)
+        loss.set_yscale("log")
     fig.suptitle(f"{metrics.parent.name}: training curves are a moving mean of the last {window} logged rows",
                  fontsize=10)
     fig.tight_layout()

@@ -48,3 +48,21 @@ def test_the_plot_is_a_png_and_a_file_without_curves_is_an_error(tmp_path, capsy
     with pytest.raises(SystemExit):
         main([str(tmp_path / "missing")])
     assert "no metrics.jsonl there" in capsys.readouterr().err
+
+
+def test_a_run_shorter_than_its_log_interval_plots_its_held_out_points_without_a_warning(tmp_path, monkeypatch):
+    """A run of fewer steps than train.log_every logs only its validation rows: each unrolled step's held-out points
+    are drawn, and matplotlib is not asked for a legend of nothing (it warned 'No artists with labels')."""
+    import warnings
+
+    from matplotlib.axes import Axes
+
+    drawn = []
+    real = Axes.plot
+    monkeypatch.setattr(Axes, "plot", lambda self, *a, **k: drawn.append(k.get("label")) or real(self, *a, **k))
+    metrics = _write(tmp_path / "metrics.jsonl", [{"step": 3, "val/acc_1": 0.2, "val/acc_2": 0.1, "val/loss": 9.0}])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = plot(metrics, tmp_path / "c.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert drawn == ["step 1, held out", "step 2, held out", "held out"]
