@@ -1,5 +1,6 @@
 """The EAGLE chain's acceptance length on MT-Bench, head by head: issue 13's chain aim (2.2 at k = 3, T = 0, all 80
-first turns) against every head whose sweep is committed here. Reads the committed results.json files (nothing is
+first turns) against every head whose sweep is committed here, except aligned-run1's two (cut at 15% of their
+schedule, their sweeps measure the start of training, not a head). Reads the committed results.json files (nothing is
 run), prints the table and writes al_history.png beside this file.
 
     python experiments/drafters/al_history.py
