@@ -166,12 +166,18 @@ def test_the_draft_vocab_is_the_most_frequent_top1_of_the_training_split_ties_to
     assert wide.ids == [0, 1, 2, 5, 7, 9, 30] and wide.counts == [0, 0, 2, 4, 1, 4, 1]
 
 
-def test_the_draft_vocab_loss_leaves_out_labels_outside_it_and_counts_them_wrong():
-    head = nn.Linear(5, 3, bias=False)  # [Vd=3, H=5]: draft ids 0, 1, 2 are target ids 1, 4, 6 of 7
+def _three_class_head() -> tuple[nn.Linear, torch.Tensor]:
+    """An identity draft head [Vd=3, H=5] whose draft ids 0, 1, 2 are target ids 1, 4, 6 of 7, and its index."""
+    head = nn.Linear(5, 3, bias=False)
     with torch.no_grad():
         head.weight.copy_(torch.eye(3, 5))
     index = torch.full((7,), -100)
     index[torch.tensor([1, 4, 6])] = torch.arange(3)
+    return head, index
+
+
+def test_the_draft_vocab_loss_leaves_out_labels_outside_it_and_counts_them_wrong():
+    head, index = _three_class_head()  # draft ids 0, 1, 2 are target ids 1, 4, 6 of 7
     loss = TokenLoss(None, index)
     hidden = torch.tensor([[0.0, 2, 0, 1, 0], [5, 0, 0, 0, 0], [0, 0, 3, 0, 1], [4, 1, 0, 0, 0]])  # argmax 1, 0, 2, 0
     labels = torch.tensor([4, 2, 6, 0])  # target 2 and 0 are outside
@@ -212,11 +218,7 @@ def test_the_eagle_loss_with_a_draft_vocab_depends_on_inside_labels_only():
 
 
 def test_token_loss_predicts_is_the_heads_top1_over_its_classes_never_outside_them():
-    head = nn.Linear(5, 3, bias=False)  # [Vd=3, H=5]: draft ids 0, 1, 2 are target ids 1, 4, 6 of 7
-    with torch.no_grad():
-        head.weight.copy_(torch.eye(3, 5))
-    index = torch.full((7,), -100)
-    index[torch.tensor([1, 4, 6])] = torch.arange(3)
+    head, index = _three_class_head()  # draft ids 0, 1, 2 are target ids 1, 4, 6 of 7
     hidden = torch.tensor([[[0.0, 2, 0, 1, 0], [5, 0, 0, 0, 0], [0, 0, 3, 0, 1]],
                            [[4, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 7, 0, 0, 0]]])  # [B=2, T=3, H]: argmax 1 0 2 / 0 2 1
     tokens = torch.tensor([[4, 1, 2], [1, 6, 1]])  # target 2 is outside; row 1's last is draft id 0, not 1
