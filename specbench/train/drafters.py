@@ -227,7 +227,10 @@ class EagleTrainer(Trainer):
     cached final-norm feature, renormalised to the scored vocabulary), as EAGLE and EAGLE-3 train, instead of to its
     top-1. `aligned_unroll` (GRIFFIN's token-alignable training, arXiv 2502.11018): an unrolled step j >= 2 is trained
     only at positions where every earlier step's top-1 was the token that step j is fed, i.e. where drafting would
-    reach it; elsewhere its draft is never verified, so the loss there spends capacity on what cannot be accepted."""
+    reach it; elsewhere its draft is never verified, so the loss there spends capacity on what cannot be accepted.
+    Validation measures, for every head, `aligned_j` (the share of positions drafting reaches at step j) and
+    `acc_aligned_j` (step j's agreement there: what the chain's acceptance at position j, given the earlier ones,
+    estimates); an aligned run logs them in training too."""
 
     name = "eagle"
 
@@ -321,7 +324,11 @@ class EagleTrainer(Trainer):
         total = torch.zeros((), device=feature.device)
         metrics: dict[str, float] = {}
         kvs: list[tuple[torch.Tensor, torch.Tensor]] = []
-        hits: list[torch.Tensor] = []  # aligned_unroll: [B, T] bool per step, its top-1 at i is x_{i+2}
+        # [B, T] bool per step: its top-1 at i is x_{i+2}. Needed to train aligned, and measured in validation (run under
+        # no_grad) for every head: acc_aligned_j, step j's agreement where drafting reaches it, is what the chain's
+        # acceptance at position j given the earlier ones estimates
+        hits: list[torch.Tensor] = []
+        reach_hits = self.aligned_unroll or not torch.is_grad_enabled()
         fed_tokens = F.pad(tokens[:, 1:], (0, 1))  # x_{i+2}: what the next step is fed after step s's output at i
         out = None
         for j in range(1, self.unroll + 1):
@@ -334,12 +341,14 @@ class EagleTrainer(Trainer):
                 extra += [(kvs[s - 1][0], kvs[s - 1][1], (k == q - (j - s))[:, None]) for s in range(2, j)]
                 out, kv = head(fed, tokens, pos, extra_kv=extra, kv_mask=(k == q)[:, None], return_kv=True)
                 step_valid = valid & (pos >= j - 1)
-            scored = step_valid  # the positions its losses count; acc_j is measured at every step_valid one
-            if self.aligned_unroll and j > 1:  # step s's output at i-(j-s) was drafted, for every s < j
-                for s, hit in enumerate(hits, start=1):
-                    scored = scored & F.pad(hit[:, :t - (j - s)], (j - s, 0))
-                metrics[f"aligned_{j}"] = float(scored.sum() / step_valid.sum().clamp(min=1))
-            if self.aligned_unroll and j < self.unroll:
+            reached = step_valid  # where drafting reaches step j: step s's output at i-(j-s) drafted, every s < j
+            for s, hit in enumerate(hits, start=1):
+                reached = reached & F.pad(hit[:, :t - (j - s)], (j - s, 0))
+            if j > 1 and reach_hits:
+                metrics[f"aligned_{j}"] = float(reached.sum() / step_valid.sum().clamp(min=1))
+            # the positions its losses count; acc_j is measured at every step_valid one
+            scored = reached if self.aligned_unroll else step_valid
+            if reach_hits and j < self.unroll:
                 hits.append(token_loss.predicts(head.lm_head, out.detach(), fed_tokens))
             kvs.append(kv)
             m = scored[..., None].float()
@@ -361,6 +370,9 @@ class EagleTrainer(Trainer):
             metrics[f"feature_loss_{j}"] = float(reg.detach())
             metrics[f"token_loss_{j}"] = float(ce.detach())
             metrics[f"acc_{j}"] = float(correct.float().mean()) if correct.numel() else 0.0
+            if j > 1 and reach_hits:
+                at = reached.gather(1, cols)[pick]
+                metrics[f"acc_aligned_{j}"] = float(correct[at].float().mean()) if at.any() else 0.0
         metrics["loss"] = float(total.detach())
         return total, metrics
 

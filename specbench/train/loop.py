@@ -147,6 +147,9 @@ def summary(step: int, recent: list[dict[str, float]], held_out: dict[str, float
         mean = sum(values) / len(values)
         val = held_out.get(f"val/{k}")
         lines.append(f"| {k} | {mean:.3f} | {'-' if val is None else f'{val:.3f}'} |")
+    for k, val in held_out.items():  # measured on the held-out sequences only (acc_aligned_j of a plain run)
+        if k.removeprefix("val/") not in keys:
+            lines.append(f"| {k.removeprefix('val/')} | - | {val:.3f} |")
     return "\n".join(lines)
 
 

@@ -64,6 +64,8 @@ def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file, capsys):
     for k in ("acc_1", "acc_2", "loss"):
         mean = sum(r[k] for r in train_rows) / len(train_rows)
         assert f"| {k} | {mean:.3f} | {val['val/' + k]:.3f} |" in printed
+    for k in ("aligned_2", "acc_aligned_2"):  # measured on the held-out sequences only (a plain run)
+        assert k not in train_rows[-1] and f"| {k} | - | {val['val/' + k]:.3f} |" in printed
     assert (ckpt / "model.safetensors").exists() and json.loads((run / "last" / "state.json").read_text())["step"] == 2
     shards = sorted((tmp_path / "data").glob("distill-*.shards/*.pt"))
     assert len(shards) == 2  # 6 prompts in batches of 4, cached: a rerun does not regenerate
@@ -296,6 +298,57 @@ def test_aligned_unroll_trains_step_j_only_where_every_earlier_step_drafted_its_
         _, metrics = trainer.loss(batch, token_loss, 0, torch.Generator().manual_seed(0))
         for j in (1, 2, 3):
             assert metrics[f"acc_{j}"] == plain_metrics[f"acc_{j}"]
+
+
+def test_validation_measures_every_heads_agreement_where_drafting_reaches_each_step(monkeypatch):
+    """Under no_grad (validation) a plain head also gets the earlier steps' hits: aligned_j is the share of positions
+    drafting reaches at step j and acc_aligned_j the agreement there, while its losses still count every position.
+    With a grad (training) a plain head computes no hits."""
+    target = tiny("tiny-llama")
+    trainer = EagleTrainer(target, "tiny-llama", (), unroll=3, soft_labels=False)
+    top1 = [[(3 * i + 2) % V for i in range(10)], [(11 * i + 5) % V for i in range(8)]]  # [B=2], 10 and 8 labels
+    data = _data(top1, seed=1)
+    token_loss = trainer.prepare(data, [0, 1], 0, CPU, None)
+    batch = make_batch(data, [0, 1], CPU, False)
+    bsz, t = batch.hidden.shape[:2]
+    g = torch.Generator().manual_seed(5)
+    patterns = [torch.rand(bsz, t, generator=g) < 0.7 for _ in range(2)]
+    calls, seen = [], []
+    real, real_predicts = TokenLoss.__call__, TokenLoss.predicts
+
+    def fake_predicts(self, lm_head, hidden, tokens, chunk=4096):
+        if hidden.dim() == 2:
+            return real_predicts(self, lm_head, hidden, tokens, chunk)
+        calls.append(1)
+        return patterns[len(calls) - 1]
+
+    def record(self, lm_head, hidden, labels, soft=None):
+        ce, correct = real(self, lm_head, hidden, labels, soft)
+        seen.append((labels, correct))
+        return ce, correct
+
+    monkeypatch.setattr(TokenLoss, "predicts", fake_predicts)
+    monkeypatch.setattr(TokenLoss, "__call__", record)
+    trainer.loss(batch, token_loss, 0, torch.Generator().manual_seed(0))
+    assert calls == [] and len(seen) == 3  # training: no hits
+    seen.clear()
+    with torch.no_grad():
+        _, metrics = trainer.loss(batch, token_loss, 0, torch.Generator().manual_seed(0))
+    assert len(calls) == 2 and "acc_aligned_1" not in metrics
+    pos = torch.arange(t).expand(bsz, t)
+    valid = pos <= batch.lengths[:, None] - 3
+    for j in (2, 3):
+        step_valid = valid & (pos >= j - 1)
+        reached = step_valid.clone()
+        for s in range(1, j):
+            shifted = torch.zeros(bsz, t, dtype=torch.bool)
+            shifted[:, j - s:] = patterns[s - 1][:, :t - (j - s)]
+            reached &= shifted
+        labels, correct = seen[j - 1]
+        assert len(labels) == int(step_valid.sum())  # the loss still counts every position
+        at = reached[step_valid]  # row-major, as the scored rows
+        assert reached.any() and metrics[f"aligned_{j}"] == pytest.approx(float(reached.sum() / step_valid.sum()))
+        assert metrics[f"acc_aligned_{j}"] == pytest.approx(float(correct[at].float().mean()))
 
 
 def test_a_bad_aligned_unroll_value_is_a_config_error(tmp_path, prompts_file):
