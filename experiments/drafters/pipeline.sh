@@ -217,11 +217,13 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
     # one head, with the next call's BASE_HEADS naming its checkpoint). Do not start two of these at once on one
     # machine: in the forty-second session two trainings side by side ran at 1.9 steps a second each, against 20-24
     # for one alone (experiments/drafters/README.md, "GRIFFIN's token alignment")
-    [ "$stage" = aligned ] && runs=""
-    [ "$stage" = aligned ] && for r in ${ALIGNED_RUNS:-aligned plain}; do
-      case $r in aligned) runs="$runs aligned:strategy.aligned_unroll=true" ;; plain) runs="$runs plain:" ;;
-        *) echo "ALIGNED_RUNS: $r; allowed: aligned, plain"; exit 2 ;; esac
-    done
+    if [ "$stage" = aligned ]; then
+      runs=""
+      for r in ${ALIGNED_RUNS:-aligned plain}; do
+        case $r in aligned) runs="$runs aligned:strategy.aligned_unroll=true" ;; plain) runs="$runs plain:" ;;
+          *) echo "ALIGNED_RUNS: $r; allowed: aligned, plain"; exit 2 ;; esac
+      done
+    fi
     for v in $runs; do
       name=${v%%:*}
       o=${v#*:}

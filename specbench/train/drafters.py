@@ -64,7 +64,7 @@ class TokenLoss:
         """hidden [M, H], labels [M] target ids -> (mean CE, [M] bool top-1 correct). With soft [M, C] (the target's
         probabilities over the classes) the cross-entropy is to that distribution instead of the top-1 label, over
         the same rows (a row whose label is outside the classes is left out, as EAGLE-3 masks it)."""
-        logits = (lm_head(hidden) if self.ids is None else F.linear(hidden, lm_head.weight[self.ids])).float()
+        logits = self._logits(lm_head, hidden).float()
         target = labels if self.index is None else self.index[labels]
         correct = logits.argmax(-1) == target
         scored = target >= 0
@@ -95,9 +95,13 @@ class TokenLoss:
         token (never for a token outside them). No gradient; rows go through the LM head `chunk` at a time."""
         flat, ids = hidden.reshape(-1, hidden.shape[-1]), tokens.reshape(-1)
         target = ids if self.index is None else self.index[ids]
-        top = torch.cat([(lm_head(h) if self.ids is None else F.linear(h, lm_head.weight[self.ids])).argmax(-1)
-                         for h in flat.split(chunk)]) if flat.shape[0] else target.new_empty(0)
+        top = torch.cat([self._logits(lm_head, h).argmax(-1) for h in flat.split(chunk)]) if flat.shape[0] \
+            else target.new_empty(0)
         return (top == target).reshape(tokens.shape)
+
+    def _logits(self, lm_head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [M, H] -> [M, C]: the LM head's logits over the scored classes."""
+        return lm_head(hidden) if self.ids is None else F.linear(hidden, lm_head.weight[self.ids])
 
     def outside(self, labels: torch.Tensor) -> torch.Tensor:
         """[M] target ids -> [M] bool: the labels this loss cannot score."""
@@ -344,7 +348,8 @@ class EagleTrainer(Trainer):
             reached = step_valid  # where drafting reaches step j: step s's output at i-(j-s) drafted, every s < j
             for s, hit in enumerate(hits, start=1):
                 reached = reached & F.pad(hit[:, :t - (j - s)], (j - s, 0))
-            if j > 1 and reach_hits:
+            measured = j > 1 and reach_hits  # aligned_j and acc_aligned_j
+            if measured:
                 metrics[f"aligned_{j}"] = float(reached.sum() / step_valid.sum().clamp(min=1))
             # the positions its losses count; acc_j is measured at every step_valid one
             scored = reached if self.aligned_unroll else step_valid
@@ -370,7 +375,7 @@ class EagleTrainer(Trainer):
             metrics[f"feature_loss_{j}"] = float(reg.detach())
             metrics[f"token_loss_{j}"] = float(ce.detach())
             metrics[f"acc_{j}"] = float(correct.float().mean()) if correct.numel() else 0.0
-            if j > 1 and reach_hits:
+            if measured:
                 at = reached.gather(1, cols)[pick]
                 metrics[f"acc_aligned_{j}"] = float(correct[at].float().mean()) if at.any() else 0.0
         metrics["loss"] = float(total.detach())
