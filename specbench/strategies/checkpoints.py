@@ -138,14 +138,20 @@ def hub_snapshot(repo_id: str, kind: str) -> Path:
                           f"downloaded ({type(e).__name__}: {first[:200]}); {_allowed_checkpoints(kind)}") from None
 
 
+def _a(kind: object) -> str:
+    """A drafter kind, quoted, with its indefinite article: "an 'eagle'", "a 'medusa'"."""
+    return f"{'an' if str(kind)[:1].lower() in ('a', 'e', 'i', 'o', 'u') else 'a'} {kind!r}"
+
+
 def read_checkpoint_config(config: Path, given: str, kind: str, fields: type) -> tuple[dict[str, Any], Any]:
     """The raw config.json of a `kind` checkpoint and the `fields` dataclass built from it; a ConfigError naming
     the file when it is not JSON, holds another drafter kind or lacks a required field."""
     raw = read_json_object(config, f"strategy.checkpoint={given!r}",
                            "it holds the drafter's config as `specbench.train` writes it")
     if raw.get("kind", kind) != kind:
-        raise ConfigError(f"strategy.checkpoint={given!r} holds a {raw.get('kind')!r} drafter, not a {kind} one; "
-                          f"use strategy={raw.get('kind')} with it, or give a {kind} checkpoint")
+        held = raw.get("kind")
+        raise ConfigError(f"strategy.checkpoint={given!r} holds {_a(held)} drafter, not {_a(kind)} one; "
+                          f"use strategy={held} with it, or give {_a(kind)} checkpoint")
     required = [n for n, f in fields.__dataclass_fields__.items() if f.default is MISSING and f.default_factory is MISSING]
     missing = [n for n in required if n not in raw]
     if missing:

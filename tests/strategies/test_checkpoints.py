@@ -13,7 +13,7 @@ from specbench_testing import tiny
 from specbench.errors import ConfigError
 from specbench.models.runner import make_runner
 from specbench.strategies.base import BuildContext
-from specbench.strategies.checkpoints import read_weights
+from specbench.strategies.checkpoints import read_checkpoint_config, read_weights
 from specbench.strategies.eagle import EagleConfig, EagleHead, EagleProposer
 from specbench.strategies.medusa import MedusaConfig, MedusaHeads, MedusaProposer
 from specbench.verify import SamplingParams
@@ -90,3 +90,14 @@ def test_a_config_json_that_does_not_parse_is_an_error_naming_it(tmp_path, llama
     (tmp_path / "config.json").write_text('{"hidden_size": 48,')
     with pytest.raises(ConfigError, match=re.escape(str((tmp_path / "config.json").resolve())) + " could not be read as JSON"):
         MedusaProposer.validate({"name": "medusa", "k": 2, "checkpoint": str(tmp_path)})
+
+
+def test_a_checkpoint_of_another_kind_is_an_error_naming_both_kinds(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text('{"kind": "medusa", "hidden_size": 48, "num_heads": 2, "vocab_size": 101}')
+    with pytest.raises(ConfigError, match="holds a 'medusa' drafter, not an 'eagle' one; use strategy=medusa with it, "
+                                          "or give an 'eagle' checkpoint"):
+        read_checkpoint_config(config, str(tmp_path), "eagle", EagleConfig)
+    config.write_text('{"kind": "eagle", "hidden_size": 48}')
+    with pytest.raises(ConfigError, match="holds an 'eagle' drafter, not a 'medusa' one; use strategy=eagle"):
+        read_checkpoint_config(config, str(tmp_path), "medusa", MedusaConfig)
