@@ -223,6 +223,15 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
         case $r in aligned) runs="$runs aligned:strategy.aligned_unroll=true" ;; plain) runs="$runs plain:" ;;
           *) echo "ALIGNED_RUNS: $r; allowed: aligned, plain"; exit 2 ;; esac
       done
+      # FT_FROM=<checkpoint> (forty-third session): the same pair as fine-tunes of that head (strategy.init_from: its
+      # weights and draft vocabulary), FT_STEPS steps at FT_LR (default 1500, at 2e-4 with a warm-up of 50). Both start where
+      # the head's positions are mostly aligned already (about 0.66 at step 2 for the shipped head, against 0.27 at
+      # step 470 of a new one), the regime the alignment is for, and the plain fine-tune controls for the extra steps
+      if [ -n "${FT_FROM:-}" ]; then
+        ft="strategy.init_from=$FT_FROM;train.lr=${FT_LR:-2e-4};train.warmup=50"
+        runs=$(for v in $runs; do o=${v#*:}; echo "ft-${v%%:*}:$ft${o:+;$o}"; done)
+        EVALS_STEPS=${FT_STEPS:-$((STEPS * 5 / 4))}  # 1500 on a GPU
+      fi
     fi
     for v in $runs; do
       name=${v%%:*}

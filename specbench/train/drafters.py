@@ -221,6 +221,27 @@ class Trainer:
         self.module.load_state_dict(read_weights(Path(directory) / "model.safetensors"))
 
 
+def _start_checkpoint(given: str | None, target_label: str) -> Path | None:
+    """strategy.init_from resolved: a directory, or the name of one in specbench/checkpoints/, holding an EAGLE
+    head's model.safetensors and config.json trained for `target_label`; a ConfigError naming what was given."""
+    if given is None:
+        return None
+    from specbench.strategies.checkpoints import PACKAGED
+
+    path = Path(str(given))
+    if not path.is_dir() and (PACKAGED / str(given)).is_dir():
+        path = PACKAGED / str(given)
+    if not (path / "model.safetensors").is_file() or not (path / "config.json").is_file():
+        raise ConfigError(f"strategy.init_from={given!r} holds no model.safetensors and config.json; allowed: null (a "
+                          f"new head) or a checkpoint directory specbench.train wrote for strategy=eagle, or the name "
+                          f"of one in specbench/checkpoints/")
+    cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    if cfg.get("kind", "eagle") != "eagle" or cfg.get("target", target_label) != target_label:
+        raise ConfigError(f"strategy.init_from={given!r} holds a {cfg.get('kind')!r} drafter for target "
+                          f"{cfg.get('target')!r}; allowed: an 'eagle' head trained for target {target_label!r}")
+    return path
+
+
 class EagleTrainer(Trainer):
     """An EAGLE head (strategy=eagle). With `draft_vocab=N` it gets EAGLE-3's reduced vocabulary: its own LM head
     over the N target ids most often the target's top-1 in the training sequences (DraftVocab), initialised from
@@ -234,15 +255,19 @@ class EagleTrainer(Trainer):
     reach it; elsewhere its draft is never verified, so the loss there spends capacity on what cannot be accepted.
     Validation measures, for every head, `aligned_j` (the share of positions drafting reaches at step j) and
     `acc_aligned_j` (step j's agreement there: what the chain's acceptance at position j, given the earlier ones,
-    estimates); an aligned run logs them in training too."""
+    estimates); an aligned run logs them in training too. `init_from` (a checkpoint this trainer wrote, or the name of
+    one shipped in specbench/checkpoints/): training starts from its weights and its draft vocabulary, with a fresh
+    optimiser and the schedule of train.*: a fine-tune. The strategy.* settings must build the same head."""
 
     name = "eagle"
 
     def __init__(self, target: LoadedModel, target_label: str, data_layers: tuple[int, ...], name: str = "eagle",
                  fuse_layers: list[int] | None = None, unroll: int = 2, w_feature: float = 1.0, w_token: float = 0.5,
                  feature_noise: float = 0.0, draft_vocab: int | None = None, soft_labels: bool = True,
-                 intermediate_size: int | None = None, aligned_unroll: bool = False) -> None:
+                 intermediate_size: int | None = None, aligned_unroll: bool = False,
+                 init_from: str | None = None) -> None:
         super().__init__(target, target_label, data_layers)
+        self.init_from = _start_checkpoint(init_from, target_label)
         if not isinstance(aligned_unroll, bool):
             raise ConfigError(f"strategy.aligned_unroll={aligned_unroll!r}; allowed: true (train unrolled step j only "
                               f"where steps 1..j-1 predicted the tokens it is fed) or false (at every position)")
@@ -275,13 +300,17 @@ class EagleTrainer(Trainer):
     def prepare(self, data: DistillData, train_ids: list[int], ce_vocab: int, device: torch.device,
                 resume_from: Path | None) -> TokenLoss:
         head, size = self.module, self.module.cfg.draft_vocab_size
-        saved = DraftVocab.read(resume_from) if resume_from is not None else None
+        saved_in = resume_from or self.init_from  # a resumed run's state, else the checkpoint a fine-tune starts from
+        saved = DraftVocab.read(saved_in) if saved_in is not None else None
         trained = None if saved is None else len(saved.ids)
-        if resume_from is not None and trained != size:
-            raise ConfigError(f"resume=true with strategy.draft_vocab={size}, but {resume_from} was trained with "
-                              f"draft_vocab={trained}; resume with the same setting")
+        if saved_in is not None and trained != size:
+            how = "resume=true" if resume_from is not None else "strategy.init_from"
+            raise ConfigError(f"{how} with strategy.draft_vocab={size}, but {saved_in} was trained with "
+                              f"draft_vocab={trained}; give the same setting")
         if size is None:
-            return super().prepare(data, train_ids, ce_vocab, device, resume_from)
+            token_loss = super().prepare(data, train_ids, ce_vocab, device, resume_from)
+            self._start_from_checkpoint(resume_from)
+            return token_loss
         if ce_vocab and ce_vocab < head.cfg.vocab_size:
             print(f"train.ce_vocab={ce_vocab} is not used: the token loss is over strategy.draft_vocab={size}",
                   flush=True)
@@ -294,7 +323,21 @@ class EagleTrainer(Trainer):
                 head.d2t.copy_(self.vocab.d2t())
         print(f"draft vocabulary: {size} target ids cover {self.vocab.covered:.4f} of {self.vocab.labels} top-1 labels "
               f"of the training sequences", flush=True)
+        self._start_from_checkpoint(resume_from)
         return TokenLoss.over(ids, head.cfg.vocab_size, own_head=True)  # target id -> draft id
+
+    def _start_from_checkpoint(self, resume_from: Path | None) -> None:
+        """A fine-tune's weights (strategy.init_from); a resumed run loads its own state instead, after this."""
+        if self.init_from is None or resume_from is not None:
+            return
+        try:
+            self.load_weights(self.init_from)
+        except RuntimeError as e:  # load_state_dict: missing or unexpected names, other shapes
+            detail = " ".join(str(e).split())[:400]
+            raise ConfigError(f"strategy.init_from={str(self.init_from)!r}: its weights do not fit the head these "
+                              f"strategy.* settings build ({detail}); allowed: a checkpoint trained with the same "
+                              f"settings (its config.json says which)") from e
+        print(f"initialised from {self.init_from}", flush=True)
 
     def save(self, directory: Path) -> None:
         super().save(directory)

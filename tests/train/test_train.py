@@ -573,3 +573,36 @@ def test_a_bad_soft_labels_value_is_a_config_error(tmp_path, prompts_file):
     with pytest.raises(ConfigError, match=r"strategy.soft_labels='yes'; allowed: true .* or false"):
         train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.soft_labels=yes"))
     assert not (tmp_path / "data").exists()
+
+
+def test_an_eagle_fine_tune_starts_from_the_checkpoints_weights_and_vocabulary(tmp_path, prompts_file, monkeypatch):
+    n = 11
+    opts = ("strategy=eagle", f"strategy.draft_vocab={n}", "strategy.unroll=2")
+    start = train(_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=2"))
+    before = load_file(str(start / "model.safetensors"))
+    monkeypatch.setattr(DraftVocab, "count", classmethod(lambda *a: pytest.fail("recounted for a fine-tune")))
+    # at a learning rate of 0 the fine-tune's head is the checkpoint it started from, bit for bit
+    tuned = train(_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={start}", "train.steps=1",
+                       "train.lr=0"))
+    after = load_file(str(tuned / "model.safetensors"))
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert (tuned / "vocab_counts.json").read_text() == (start / "vocab_counts.json").read_text()
+    # and it trains from there
+    tuned = train(_cfg(tmp_path / "c", prompts_file, *opts, f"strategy.init_from={start}", "train.steps=1"))
+    moved = load_file(str(tuned / "model.safetensors"))
+    assert not torch.equal(moved["fc.weight"], before["fc.weight"]) and torch.equal(moved["d2t"], before["d2t"])
+
+
+def test_a_fine_tune_from_a_missing_or_other_checkpoint_is_a_config_error(tmp_path, prompts_file):
+    opts = ("strategy=eagle", "strategy.draft_vocab=11", "strategy.unroll=2")
+    start = train(_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=1"))
+    with pytest.raises(ConfigError, match=r"strategy.init_from='nowhere' holds no model.safetensors"):
+        train(_cfg(tmp_path / "b", prompts_file, *opts, "strategy.init_from=nowhere"))
+    with pytest.raises(ConfigError, match=r"strategy.init_from with strategy.draft_vocab=12, but .* draft_vocab=11"):
+        train(_cfg(tmp_path / "b", prompts_file, "strategy=eagle", "strategy.draft_vocab=12",
+                   f"strategy.init_from={start}"))
+    with pytest.raises(ConfigError, match=r"its weights do not fit the head .*size mismatch"):
+        train(_cfg(tmp_path / "b", prompts_file, *opts, "strategy.intermediate_size=7", f"strategy.init_from={start}"))
+    medusa = train(_cfg(tmp_path / "m", prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=1"))
+    with pytest.raises(ConfigError, match=r"holds a 'medusa' drafter .* allowed: an 'eagle' head"):
+        train(_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={medusa}"))
