@@ -28,6 +28,8 @@ HEADS = [
     ("bf16 set", "bf16-data/h100-al/chain/0", "wide's recipe, the set written in bfloat16, 4862 of 6000 steps"),
     ("MLP 3072", "mlp3072/h100-al/chain/0", "wide's recipe, MLP 3072, the set in bfloat16 (23.2 MB, not shipped)"),
     ("twice", "twice/h100-al/chain/0", "wide's recipe, 48,000 more of the target's own requests, the set in bfloat16"),
+    ("ft aligned", "aligned-ft/h100-al/chain/1", "the shipped head + 1500 steps at 2e-4, aligned, the set in bfloat16"),
+    ("ft plain", "aligned-ft/h100-al/chain/2", "the shipped head + 1500 steps at 2e-4, the set in bfloat16"),
 ]
 
 
