@@ -190,6 +190,27 @@ def sample_positions(valid: torch.Tensor, count: int, generator: torch.Generator
     return top.indices, top.values >= 0
 
 
+def start_checkpoint(given: str | None, kind: str, target_label: str) -> Path | None:
+    """strategy.init_from resolved: a directory, or the name of one in specbench/checkpoints/, holding a `kind` head's
+    model.safetensors and config.json trained for `target_label`; a ConfigError naming what was given."""
+    if given is None:
+        return None
+    from specbench.strategies.checkpoints import PACKAGED
+
+    path = Path(str(given))
+    if not path.is_dir() and (PACKAGED / str(given)).is_dir():
+        path = PACKAGED / str(given)
+    if not (path / "model.safetensors").is_file() or not (path / "config.json").is_file():
+        raise ConfigError(f"strategy.init_from={given!r} holds no model.safetensors and config.json; allowed: null (a "
+                          f"new head) or a checkpoint directory specbench.train wrote for strategy={kind}, or the name "
+                          f"of one in specbench/checkpoints/")
+    cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    if cfg.get("kind", kind) != kind or cfg.get("target", target_label) != target_label:
+        raise ConfigError(f"strategy.init_from={given!r} holds a drafter of kind {cfg.get('kind')!r} for target "
+                          f"{cfg.get('target')!r}; allowed: one of kind {kind!r} trained for target {target_label!r}")
+    return path
+
+
 class Trainer:
     name = ""
 
@@ -198,6 +219,7 @@ class Trainer:
         self.target_label = target_label
         self.data_layers = data_layers
         self.module: nn.Module
+        self.init_from: Path | None = None  # a fine-tune's starting checkpoint (start_checkpoint), where supported
 
     def layers(self) -> tuple[int, ...]:
         """Target layers this drafter reads (cached with the distillation data)."""
@@ -208,7 +230,22 @@ class Trainer:
         """Once the distillation data exists, before the optimiser: fit what depends on the data (resume_from: the
         saved state a resumed run continues, to read it back) and return the token loss, by default over the
         `ce_vocab` most frequent top-1 tokens of the training sequences (train.ce_vocab; 0 = all)."""
-        return token_loss_for(data, train_ids, self.target.vocab_size, ce_vocab, device)
+        token_loss = token_loss_for(data, train_ids, self.target.vocab_size, ce_vocab, device)
+        self.start_from_checkpoint(resume_from)
+        return token_loss
+
+    def start_from_checkpoint(self, resume_from: Path | None) -> None:
+        """A fine-tune's weights (strategy.init_from); a resumed run loads its own state instead, after this."""
+        if self.init_from is None or resume_from is not None:
+            return
+        try:
+            self.load_weights(self.init_from)
+        except RuntimeError as e:  # load_state_dict: missing or unexpected names, other shapes
+            detail = " ".join(str(e).split())[:400]
+            raise ConfigError(f"strategy.init_from={str(self.init_from)!r}: its weights do not fit the head these "
+                              f"strategy.* settings build ({detail}); allowed: a checkpoint trained with the same "
+                              f"settings (its config.json says which)") from e
+        print(f"initialised from {self.init_from}", flush=True)
 
     def loss(self, batch: Batch, token_loss: TokenLoss, positions: int,
              g: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
@@ -219,27 +256,6 @@ class Trainer:
 
     def load_weights(self, directory: Path) -> None:
         self.module.load_state_dict(read_weights(Path(directory) / "model.safetensors"))
-
-
-def _start_checkpoint(given: str | None, target_label: str) -> Path | None:
-    """strategy.init_from resolved: a directory, or the name of one in specbench/checkpoints/, holding an EAGLE
-    head's model.safetensors and config.json trained for `target_label`; a ConfigError naming what was given."""
-    if given is None:
-        return None
-    from specbench.strategies.checkpoints import PACKAGED
-
-    path = Path(str(given))
-    if not path.is_dir() and (PACKAGED / str(given)).is_dir():
-        path = PACKAGED / str(given)
-    if not (path / "model.safetensors").is_file() or not (path / "config.json").is_file():
-        raise ConfigError(f"strategy.init_from={given!r} holds no model.safetensors and config.json; allowed: null (a "
-                          f"new head) or a checkpoint directory specbench.train wrote for strategy=eagle, or the name "
-                          f"of one in specbench/checkpoints/")
-    cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    if cfg.get("kind", "eagle") != "eagle" or cfg.get("target", target_label) != target_label:
-        raise ConfigError(f"strategy.init_from={given!r} holds a {cfg.get('kind')!r} drafter for target "
-                          f"{cfg.get('target')!r}; allowed: an 'eagle' head trained for target {target_label!r}")
-    return path
 
 
 class EagleTrainer(Trainer):
@@ -267,7 +283,7 @@ class EagleTrainer(Trainer):
                  intermediate_size: int | None = None, aligned_unroll: bool = False,
                  init_from: str | None = None) -> None:
         super().__init__(target, target_label, data_layers)
-        self.init_from = _start_checkpoint(init_from, target_label)
+        self.init_from = start_checkpoint(init_from, self.name, target_label)
         if not isinstance(aligned_unroll, bool):
             raise ConfigError(f"strategy.aligned_unroll={aligned_unroll!r}; allowed: true (train unrolled step j only "
                               f"where steps 1..j-1 predicted the tokens it is fed) or false (at every position)")
@@ -308,9 +324,7 @@ class EagleTrainer(Trainer):
             raise ConfigError(f"{how} with strategy.draft_vocab={size}, but {saved_in} was trained with "
                               f"draft_vocab={trained}; give the same setting")
         if size is None:
-            token_loss = super().prepare(data, train_ids, ce_vocab, device, resume_from)
-            self._start_from_checkpoint(resume_from)
-            return token_loss
+            return super().prepare(data, train_ids, ce_vocab, device, resume_from)
         if ce_vocab and ce_vocab < head.cfg.vocab_size:
             print(f"train.ce_vocab={ce_vocab} is not used: the token loss is over strategy.draft_vocab={size}",
                   flush=True)
@@ -323,21 +337,8 @@ class EagleTrainer(Trainer):
                 head.d2t.copy_(self.vocab.d2t())
         print(f"draft vocabulary: {size} target ids cover {self.vocab.covered:.4f} of {self.vocab.labels} top-1 labels "
               f"of the training sequences", flush=True)
-        self._start_from_checkpoint(resume_from)
+        self.start_from_checkpoint(resume_from)
         return TokenLoss.over(ids, head.cfg.vocab_size, own_head=True)  # target id -> draft id
-
-    def _start_from_checkpoint(self, resume_from: Path | None) -> None:
-        """A fine-tune's weights (strategy.init_from); a resumed run loads its own state instead, after this."""
-        if self.init_from is None or resume_from is not None:
-            return
-        try:
-            self.load_weights(self.init_from)
-        except RuntimeError as e:  # load_state_dict: missing or unexpected names, other shapes
-            detail = " ".join(str(e).split())[:400]
-            raise ConfigError(f"strategy.init_from={str(self.init_from)!r}: its weights do not fit the head these "
-                              f"strategy.* settings build ({detail}); allowed: a checkpoint trained with the same "
-                              f"settings (its config.json says which)") from e
-        print(f"initialised from {self.init_from}", flush=True)
 
     def save(self, directory: Path) -> None:
         super().save(directory)
@@ -435,8 +436,9 @@ class MedusaTrainer(Trainer):
     name = "medusa"
 
     def __init__(self, target: LoadedModel, target_label: str, data_layers: tuple[int, ...], name: str = "medusa",
-                 num_heads: int = 4, decay: float = 0.8) -> None:
+                 num_heads: int = 4, decay: float = 0.8, init_from: str | None = None) -> None:
         super().__init__(target, target_label, data_layers)
+        self.init_from = start_checkpoint(init_from, self.name, target_label)
         if num_heads < 1:
             raise ConfigError(f"strategy.num_heads={num_heads}; allowed: an integer >= 1")
         cfg = MedusaConfig(hidden_size=target.model.config.hidden_size, num_heads=num_heads,

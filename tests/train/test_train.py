@@ -604,5 +604,20 @@ def test_a_fine_tune_from_a_missing_or_other_checkpoint_is_a_config_error(tmp_pa
     with pytest.raises(ConfigError, match=r"its weights do not fit the head .*size mismatch"):
         train(_cfg(tmp_path / "b", prompts_file, *opts, "strategy.intermediate_size=7", f"strategy.init_from={start}"))
     medusa = train(_cfg(tmp_path / "m", prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=1"))
-    with pytest.raises(ConfigError, match=r"holds a 'medusa' drafter .* allowed: an 'eagle' head"):
+    with pytest.raises(ConfigError, match=r"holds a drafter of kind 'medusa' .* allowed: one of kind 'eagle' trained"):
         train(_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={medusa}"))
+
+
+def test_a_medusa_fine_tune_starts_from_the_checkpoints_heads(tmp_path, prompts_file):
+    opts = ("strategy=medusa", "strategy.num_heads=3")
+    start = train(_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=2"))
+    before = load_file(str(start / "model.safetensors"))
+    tuned = train(_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={start}", "train.steps=1",
+                       "train.lr=0"))
+    after = load_file(str(tuned / "model.safetensors"))
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    with pytest.raises(ConfigError, match=r"its weights do not fit the head .*(Missing|Unexpected)"):
+        train(_cfg(tmp_path / "c", prompts_file, "strategy=medusa", "strategy.num_heads=2",
+                   f"strategy.init_from={start}"))
+    with pytest.raises(ConfigError, match=r"holds no model.safetensors .* strategy=medusa"):
+        train(_cfg(tmp_path / "c", prompts_file, *opts, f"strategy.init_from={tmp_path}"))
