@@ -34,7 +34,7 @@
 # Spec-Bench's question.jsonl. device_tree.sh's header lists the calls of the arena run. (Until 2026-12-05 the GGUF
 # went in three parts of 33 MB with only the checkpoints' weights moved out; the stage joins either.)
 set -euo pipefail
-stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long|arena-data|arena|magpie-more|wide-data|wide|mlp|twice-data|twice|aligned}
+stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long|arena-data|arena|magpie-more|wide-data|wide|mlp|twice-data|twice|aligned|ft}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
 G=$PWD/.cache/gpu
 RUN=$G/run
@@ -137,7 +137,8 @@ fi
 
 if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ] \
     || [ "$stage" = arena-data ] || [ "$stage" = arena ] || [ "$stage" = wide-data ] || [ "$stage" = wide ] \
-    || [ "$stage" = mlp ] || [ "$stage" = twice-data ] || [ "$stage" = twice ] || [ "$stage" = aligned ]; then
+    || [ "$stage" = mlp ] || [ "$stage" = twice-data ] || [ "$stage" = twice ] || [ "$stage" = aligned ] \
+    || [ "$stage" = ft ]; then
   # (issue 13 item 3) the shipped head's recipe (vocab: 2 responses per prompt, draft vocabulary 8192, 3-step
   # training-time test) on its prompts plus 10,635 human-written requests from OpenAI's evals registry
   # (prompts/openai_evals.jsonl.gz, `python -m specbench.train.prompts --magpie 0 --code 0 --evals -1`). The set is
@@ -165,7 +166,7 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
   more=""; cache=distill4; seeds=""
   case $stage in
     arena-data|arena) for _ in $(seq "${ARENA_X:-4}"); do more="$more,$P/arena_hard.jsonl.gz"; done; cache=distill5 ;;
-    wide-data|wide|mlp|aligned) seeds="2 3"; cache=distill6 ;;
+    wide-data|wide|mlp|aligned|ft) seeds="2 3"; cache=distill6 ;;
     # twice-data / twice (forty-first session): wide's set plus magpie-more's seeds 4-7 (MAGPIE_SEEDS below), about
     # twice wide's prompts again: the tenth run's lever (+2.3% for a doubling of the target's own requests), once more
     twice-data|twice) seeds="2 3 4 5 6 7"; cache=distill7 ;;
@@ -182,7 +183,7 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
     py -m specbench.train $EV train.steps=$((STEPS * 10 / 3)) train.stop_after=1 \
         data.time_budget_s=${DATA_BUDGET_S:-$((DEADLINE - SECONDS - 45))} output_dir=$RUN/$stage | grep -E "^distillation" | tail -4
   elif [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ] || [ "$stage" = arena ] || [ "$stage" = wide ] \
-      || [ "$stage" = mlp ] || [ "$stage" = twice ] || [ "$stage" = aligned ]; then
+      || [ "$stage" = mlp ] || [ "$stage" = twice ] || [ "$stage" = aligned ] || [ "$stage" = ft ]; then
     # 2026-12-03 (twelfth session): the shipped head's exact recipe (evals: this set, 6000 steps, seed 0) with one
     # change, strategy.soft_labels=true: the token loss is a cross-entropy to the target's distribution over the draft
     # vocabulary (its LM head over the cached final-norm feature), as EAGLE and EAGLE-3 train, not to its top-1. Then
@@ -223,21 +224,26 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
         case $r in aligned) runs="$runs aligned:strategy.aligned_unroll=true" ;; plain) runs="$runs plain:" ;;
           *) echo "ALIGNED_RUNS: $r; allowed: aligned, plain"; exit 2 ;; esac
       done
-      # FT_FROM=<checkpoint> (forty-third session): the same pair as fine-tunes of that head (strategy.init_from: its
-      # weights and draft vocabulary), FT_STEPS steps at FT_LR (default 1500, at 2e-4 with a warm-up of 50). Both start where
-      # the head's positions are mostly aligned already (about 0.66 at step 2 for the shipped head, against 0.27 at
-      # step 470 of a new one), the regime the alignment is for, and the plain fine-tune controls for the extra steps
-      if [ -n "${FT_FROM:-}" ]; then
-        ft="strategy.init_from=$FT_FROM;train.lr=${FT_LR:-2e-4};train.warmup=50"
-        runs=$(for v in $runs; do o=${v#*:}; echo "ft-${v%%:*}:$ft${o:+;$o}"; done)
-        EVALS_STEPS=${FT_STEPS:-$((STEPS * 5 / 4))}  # 1500 on a GPU
-      fi
+    fi
+    # ft (forty-third session): fine-tunes of one head on wide's set, FT_RUNS="name:override[;override...] ..." (default
+    # "plain:", the head's own recipe), from FT_FROM (default the shipped head). A fine-tune of the shipped head takes
+    # ~75 s on an H100 (21 steps a second), so one call screens several settings against each other and against the
+    # shipped head in one sweep, e.g. FT_RUNS="plain: noise:strategy.feature_noise=0.1 unroll4:strategy.unroll=4"
+    [ "$stage" = ft ] && runs=${FT_RUNS:-plain:} && FT_FROM=${FT_FROM:-eagle-smollm2-135m}
+    # FT_FROM=<checkpoint> with aligned or ft: each run as a fine-tune of that head (strategy.init_from: its weights
+    # and draft vocabulary), FT_STEPS steps at FT_LR (default 1500, at 2e-4 with a warm-up of 50); a run's own
+    # overrides come last, so they win. aligned's pair so (forty-third session) starts where the alignment is meant
+    # to work, and the plain fine-tune controls for the extra steps
+    if [ -n "${FT_FROM:-}" ] && { [ "$stage" = aligned ] || [ "$stage" = ft ]; }; then
+      ft="strategy.init_from=$FT_FROM;train.lr=${FT_LR:-2e-4};train.warmup=50"
+      runs=$(for v in $runs; do o=${v#*:}; echo "ft-${v%%:*}:$ft${o:+;$o}"; done)
+      EVALS_STEPS=${FT_STEPS:-$((STEPS * 5 / 4))}  # 1500 on a GPU
     fi
     for v in $runs; do
       name=${v%%:*}
       o=${v#*:}
-      py -m specbench.train $EV strategy.soft_labels=true ${o//;/ } train.steps=${EVALS_STEPS:-$((STEPS * 5))} \
-          train.time_budget_s=${TRAIN_BUDGET_S:-360} data.time_budget_s=0 output_dir=$RUN/$name \
+      py -m specbench.train $EV strategy.soft_labels=true train.steps=${EVALS_STEPS:-$((STEPS * 5))} \
+          train.time_budget_s=${TRAIN_BUDGET_S:-360} data.time_budget_s=0 output_dir=$RUN/$name ${o//;/ } \
           | tee "$RUN/$name.log" | grep -v "train eagle:" | tail -8
       tar czf "$RUN/$name.tgz" -C "$RUN" $name.log $name/checkpoint $name/metrics.jsonl
       split -b 15M "$RUN/$name.tgz" "$OUT/$name.tgz.part_"
