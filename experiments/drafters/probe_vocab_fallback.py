@@ -65,7 +65,7 @@ def main(checkpoint: str, outputs: str, n: int = 80) -> None:
                 t[j] += int((logits.argmax(-1) == truth)[keep].sum())
             t[3] += int((~inside[truth])[keep].sum())
             t[4] += int(keep.sum())
-    print(f"| category | positions | target token outside the vocabulary | " + " | ".join(names) + " |")
+    print("| category | positions | target token outside the vocabulary | " + " | ".join(names) + " |")
     print("| --- | --- | --- | --- | --- | --- |")
     for key, t in sorted(tally.items(), key=lambda kv: (kv[0] == "overall", kv[0])):
         print(f"| {key} | {t[4]} | {t[3] / t[4]:.3f} | " + " | ".join(f"{t[j] / t[4]:.3f}" for j in range(3)) + " |")

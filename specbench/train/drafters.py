@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specbench.errors import ConfigError
+from specbench.errors import ConfigError, read_json_object
 from specbench.models.loading import LoadedModel
 from specbench.strategies.checkpoints import read_weights
 from specbench.strategies.eagle import EagleConfig, EagleHead
@@ -204,7 +204,7 @@ def start_checkpoint(given: str | None, kind: str, target_label: str) -> Path | 
         raise ConfigError(f"strategy.init_from={given!r} holds no model.safetensors and config.json; allowed: null (a "
                           f"new head) or a checkpoint directory specbench.train wrote for strategy={kind}, or the name "
                           f"of one in specbench/checkpoints/")
-    cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    cfg = read_json_object(path / "config.json", f"strategy.init_from={given!r}", f"a {kind} head's config.json")
     if cfg.get("kind", kind) != kind or cfg.get("target", target_label) != target_label:
         raise ConfigError(f"strategy.init_from={given!r} holds a drafter of kind {cfg.get('kind')!r} for target "
                           f"{cfg.get('target')!r}; allowed: one of kind {kind!r} trained for target {target_label!r}")

@@ -603,6 +603,9 @@ def test_a_fine_tune_from_a_missing_or_other_checkpoint_is_a_config_error(tmp_pa
                    f"strategy.init_from={start}"))
     with pytest.raises(ConfigError, match=r"its weights do not fit the head .*size mismatch"):
         train(_cfg(tmp_path / "b", prompts_file, *opts, "strategy.intermediate_size=7", f"strategy.init_from={start}"))
+    (start / "config.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"strategy.init_from=.* could not be read as JSON"):
+        train(_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={start}"))
     medusa = train(_cfg(tmp_path / "m", prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=1"))
     with pytest.raises(ConfigError, match=r"holds a drafter of kind 'medusa' .* allowed: one of kind 'eagle' trained"):
         train(_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={medusa}"))
