@@ -2,7 +2,7 @@
 scratch: is the engine's chain the head's best, and why is the first draft accepted less often in the chain (0.545 on
 MT-Bench) than the head agrees with the target teacher-forced (0.565, probe_vocab_fallback.py)?
 
-    python experiments/drafters/probe_chain_replay.py <eagle checkpoint> <a T = 0 run's outputs.jsonl[.gz]> [n] [k]
+    python experiments/drafters/probe_chain_replay.py <eagle checkpoint> <a T = 0 run's outputs.jsonl[.gz]> [n] [k] [oracle]
 
 At T = 0 the chain's output is the target's greedy output, so its steps are fixed by the head alone. For each step
 that starts with the tokens up to x_p accepted, the replay runs the head over the pairs (f_i, x_{i+1}), i < p, f_i
@@ -12,6 +12,9 @@ whole prefix (no cache), so no state carries between steps. Drafts are accepted 
 tokens; the next step starts after the bonus token. Printed: the replay's acceptance length and per-position
 acceptance (to set beside the engine's results.json for the same run), and the head's teacher-forced agreement at
 every response position against at the positions where a step starts (the replay's first drafts).
+With `oracle` the drafts after the first read the target's own feature of each drafted token instead of the head's
+output (it exists: a draft is only followed while it is the target's token), so the head's error in predicting the
+features is taken out: what a head whose output features were exact would accept, all else the same.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def top1(head, feats: torch.Tensor, toks: torch.Tensor) -> tuple[torch.Tensor, t
 
 
 @torch.inference_mode()
-def main(checkpoint: str, outputs: str, n: int = 80, k: int = 3) -> None:
+def main(checkpoint: str, outputs: str, n: int = 80, k: int = 3, oracle: bool = False) -> None:
     target = load_model(resolve_spec({"name": "smollm2-135m"}, "target"), torch.device("cpu"), torch.float32)
     head = load_eagle_head(checkpoint, target.model)
     runner = DecoderRunner(target.model)
@@ -72,10 +75,10 @@ def main(checkpoint: str, outputs: str, n: int = 80, k: int = 3) -> None:
                     break
                 a += 1
                 accepted_at[j] += 1
-                feats, toks = torch.cat([feats, g[None]]), torch.cat([toks, d[None]])
+                feats, toks = torch.cat([feats, (f[p + j] if oracle else g)[None]]), torch.cat([toks, d[None]])
             p += a + 1
     al = 1 + sum(accepted_at) / steps
-    print(f"replay: {steps} steps, acceptance length {al:.3f}, per position "
+    print(f"replay{' with the target features (oracle)' if oracle else ''}: {steps} steps, acceptance length {al:.3f}, per position "
           + " / ".join(f"{c / steps:.3f}" for c in accepted_at))
     for where, (ok, total) in forced.items():
         print(f"teacher-forced first-draft agreement {where}: {ok / total:.3f} of {total}")
@@ -83,4 +86,5 @@ def main(checkpoint: str, outputs: str, n: int = 80, k: int = 3) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main(args[0], args[1], int(args[2]) if len(args) > 2 else 80, int(args[3]) if len(args) > 3 else 3)
+    main(args[0], args[1], int(args[2]) if len(args) > 2 else 80, int(args[3]) if len(args) > 3 else 3,
+         len(args) > 4 and args[4] == "oracle")
