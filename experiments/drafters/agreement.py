@@ -11,6 +11,7 @@ draft's acceptance at T = 0), and the target's mean top-1 probability at respons
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from collections.abc import Iterator
@@ -23,10 +24,16 @@ from specbench.models.loading import load_model, resolve_spec
 from specbench.strategies.eagle import load_eagle_head
 
 
+def read_rows(outputs: str, n: int) -> list[dict[str, Any]]:
+    """The first n rows of a run's outputs.jsonl (or a gzip of it, .gz)."""
+    with (gzip.open if outputs.endswith(".gz") else open)(outputs, "rt") as f:
+        return [json.loads(line) for line in f][:n]
+
+
 def teacher_forced(runner: DecoderRunner, outputs: str, n: int) -> Iterator[tuple[torch.Tensor, int, Any]]:
-    """For the first n rows of a run's outputs.jsonl: the tokens [1, N] (prompt + output), the prompt's length, and
-    one target forward over them with its final-norm features (`out.logits` [1, N, V], `out.hidden` [1, N, H])."""
-    for row in [json.loads(line) for line in open(outputs)][:n]:
+    """For the first n rows of a run's outputs.jsonl[.gz]: the tokens [1, N] (prompt + output), the prompt's length,
+    and one target forward over them with its final-norm features (`out.logits` [1, N, V], `out.hidden` [1, N, H])."""
+    for row in read_rows(outputs, n):
         ids = row["prompt_token_ids"] + row["output_token_ids"]
         runner.allocate(1, len(ids))
         tokens = torch.tensor([ids])

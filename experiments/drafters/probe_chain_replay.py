@@ -19,11 +19,10 @@ features is taken out: what a head whose output features were exact would accept
 
 from __future__ import annotations
 
-import gzip
-import json
 import sys
 
 import torch
+from agreement import head_agrees, teacher_forced  # this script's folder is on sys.path
 
 from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import load_model, resolve_spec
@@ -43,20 +42,15 @@ def main(checkpoint: str, outputs: str, n: int = 80, k: int = 3, oracle: bool = 
     target = load_model(resolve_spec({"name": "smollm2-135m"}, "target"), torch.device("cpu"), torch.float32)
     head = load_eagle_head(checkpoint, target.model)
     runner = DecoderRunner(target.model)
-    opener = gzip.open if outputs.endswith(".gz") else open
     accepted_at = [0] * k  # steps whose draft j was accepted
     steps = 0
     forced = {"every response position": [0, 0], "where a step starts": [0, 0]}
-    for row in [json.loads(line) for line in opener(outputs, "rt")][:n]:
-        x = torch.tensor(row["prompt_token_ids"] + row["output_token_ids"])
-        length, plen = x.shape[0], len(row["prompt_token_ids"])
-        runner.allocate(1, length)
-        out = runner(x[None], torch.arange(length)[None], attn_len=length, want_hidden=True)
+    for tokens, plen, out in teacher_forced(runner, outputs, n):
+        x, length = tokens[0], tokens.shape[1]
         f = out.hidden[0]  # [N, H] the target's features
         greedy = out.logits[0].argmax(-1)  # greedy[i]: the target's top-1 after x_0..x_i
         # teacher-forced first-draft agreement at every pair i (predicts x_{i+2}), response positions only
-        pred = head.logits(head(f[None, :-2], x[None, 1:-1], torch.arange(length - 2)[None]))[0].argmax(-1)
-        hit = pred == greedy[1:-1]
+        hit = torch.tensor(head_agrees(head, tokens, out))
         resp = torch.arange(length - 2) + 1 >= plen
         forced["every response position"][0] += int(hit[resp].sum())
         forced["every response position"][1] += int(resp.sum())

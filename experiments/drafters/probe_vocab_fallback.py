@@ -18,13 +18,12 @@ could give the first draft, not an acceptance length.
 
 from __future__ import annotations
 
-import gzip
-import json
 import sys
 from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
+from agreement import read_rows, teacher_forced  # this script's folder is on sys.path
 
 from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import load_model, resolve_spec
@@ -43,12 +42,8 @@ def main(checkpoint: str, outputs: str, n: int = 80) -> None:
     runner = DecoderRunner(target.model)
     names = ("draft vocabulary", "target rows", "fallback")
     tally: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])  # hits x3, outside, positions
-    opener = gzip.open if outputs.endswith(".gz") else open
-    for row in [json.loads(line) for line in opener(outputs, "rt")][:n]:
-        tokens = torch.tensor([row["prompt_token_ids"] + row["output_token_ids"]])
-        length, plen = tokens.shape[1], len(row["prompt_token_ids"])
-        runner.allocate(1, length)
-        out = runner(tokens, torch.arange(length)[None], attn_len=length, want_hidden=True)
+    for row, (tokens, plen, out) in zip(read_rows(outputs, n), teacher_forced(runner, outputs, n)):
+        length = tokens.shape[1]
         feat = head(out.hidden[:, :-2], tokens[:, 1:-1], torch.arange(length - 2)[None])[0]  # pair i -> y_{i+1}
         x = head.norm(feat) if head.norm is not None else feat
         own = F.linear(x, head.draft_lm_head.weight)  # [T, Vd]
