@@ -281,7 +281,7 @@ class EagleTrainer(Trainer):
                  fuse_layers: list[int] | None = None, unroll: int = 2, w_feature: float = 1.0, w_token: float = 0.5,
                  feature_noise: float = 0.0, draft_vocab: int | None = None, soft_labels: bool = True,
                  intermediate_size: int | None = None, aligned_unroll: bool = False,
-                 init_from: str | None = None) -> None:
+                 init_from: str | None = None, num_layers: int = 1) -> None:
         super().__init__(target, target_label, data_layers)
         self.init_from = start_checkpoint(init_from, self.name, target_label)
         if not isinstance(aligned_unroll, bool):
@@ -304,6 +304,10 @@ class EagleTrainer(Trainer):
                 raise ConfigError(f"strategy.intermediate_size={intermediate_size!r}; allowed: null (the target's, "
                                   f"{cfg.intermediate_size}) or an integer >= 1: the width of the head's MLP")
             cfg.intermediate_size = intermediate_size
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+            raise ConfigError(f"strategy.num_layers={num_layers!r}; allowed: an integer >= 1, the head's decoder layers "
+                              f"(1 as EAGLE publishes it)")
+        cfg.num_layers = num_layers
         self.module = EagleHead(cfg, target.model)
         self.vocab: DraftVocab | None = None  # chosen in prepare(), once the data exists
         self.unroll, self.w_feature, self.w_token, self.noise = unroll, w_feature, w_token, feature_noise
@@ -368,10 +372,9 @@ class EagleTrainer(Trainer):
             with torch.no_grad():
                 rows = target_feat.gather(1, cols[..., None].expand(-1, -1, target_feat.shape[-1]))[first]
                 soft = token_loss.target_probs(self.target.model.get_output_embeddings().weight, rows)  # [M1, C]
-        q, k = pos[:1, :, None], pos[:1, None, :]  # [1, T, 1], [1, 1, T]
         total = torch.zeros((), device=feature.device)
         metrics: dict[str, float] = {}
-        kvs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        kvs: list[list[tuple[torch.Tensor, torch.Tensor]]] = []  # per unrolled step, each layer's keys and values
         # [B, T] bool per step: its top-1 at i is x_{i+2}. Needed to train aligned, and measured in validation (run under
         # no_grad) for every head: acc_aligned_j, step j's agreement where drafting reaches it, is what the chain's
         # acceptance at position j given the earlier ones estimates
@@ -385,9 +388,9 @@ class EagleTrainer(Trainer):
                 step_valid = valid
             else:
                 fed = F.pad(out[:, :-1], (0, 0, 1, 0))  # the head's step-(j-1) output from i-1
-                extra = [(kvs[0][0], kvs[0][1], (k <= q - (j - 1))[:, None])]
-                extra += [(kvs[s - 1][0], kvs[s - 1][1], (k == q - (j - s))[:, None]) for s in range(2, j)]
-                out, kv = head(fed, tokens, pos, extra_kv=extra, kv_mask=(k == q)[:, None], return_kv=True)
+                earlier, own = unrolled_masks(t, j, feature.device)
+                extra = [(kvs[s - 1], mask) for s, mask in enumerate(earlier, start=1)]
+                out, kv = head(fed, tokens, pos, extra_kv=extra, kv_mask=own, return_kv=True)
                 step_valid = valid & (pos >= j - 1)
             reached = step_valid  # where drafting reaches step j: step s's output at i-(j-s) drafted, every s < j
             for s, hit in enumerate(hits, start=1):
@@ -424,6 +427,17 @@ class EagleTrainer(Trainer):
                 metrics[f"acc_aligned_{j}"] = float(correct[at].float().mean()) if at.any() else 0.0
         metrics["loss"] = float(total.detach())
         return total, metrics
+
+
+def unrolled_masks(t: int, j: int, device: torch.device) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """The training-time test's attention at unrolled step j >= 2 over T positions ([1, 1, T, T] bool each): the query
+    at i stands for the j-th draft of a step whose first draft came from i-(j-1), so it sees step 1's keys (the true
+    features') at positions <= i-(j-1), step s's (1 < s < j) at i-(j-s) only, and its own at i: what the cache holds
+    for that draft at inference. Returns (steps 1..j-1's masks, its own)."""
+    pos = torch.arange(t, device=device)
+    q, k = pos[:, None], pos[None, :]
+    earlier = [k <= q - (j - 1)] + [k == q - (j - s) for s in range(2, j)]
+    return [m[None, None] for m in earlier], (k == q)[None, None]
 
 
 def _raise_if_bad_draft_vocab(size: Any, vocab: int) -> None:

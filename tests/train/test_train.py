@@ -21,10 +21,10 @@ from specbench.errors import ConfigError
 from specbench.models.runner import make_runner
 from specbench.run import run
 from specbench.strategies.base import BuildContext
-from specbench.strategies.eagle import EagleProposer
+from specbench.strategies.eagle import EagleConfig, EagleHead, EagleProposer
 from specbench.strategies.medusa import MedusaProposer
 from specbench.train.data import DistillData, load_or_generate
-from specbench.train.drafters import DraftVocab, EagleTrainer, TokenLoss
+from specbench.train.drafters import DraftVocab, EagleTrainer, TokenLoss, unrolled_masks
 from specbench.train.loop import make_batch, split_by_prompt, train
 from specbench.verify import SamplingParams, Verifier
 
@@ -349,6 +349,68 @@ def test_validation_measures_every_heads_agreement_where_drafting_reaches_each_s
         at = reached[step_valid]  # row-major, as the scored rows
         assert reached.any() and metrics[f"aligned_{j}"] == pytest.approx(float(reached.sum() / step_valid.sum()))
         assert metrics[f"acc_aligned_{j}"] == pytest.approx(float(correct[at].float().mean()))
+
+
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_the_training_time_tests_unrolled_steps_are_what_cached_drafting_computes(num_layers):
+    """Unrolled step j at position i (fed step j-1's output from i-1, attending through unrolled_masks) is the j-th
+    draft of a step that starts at i-(j-1): a cached head that caught up on the true pairs 0..i-(j-1) and then fed its
+    own outputs computes the same feature, in every layer. The masks of another step, or a layer reading another
+    layer's keys, fail this."""
+    target = tiny("tiny-llama")
+    torch.manual_seed(3)
+    cfg = EagleConfig.for_target(target.model.config, None, "tiny-llama")
+    cfg.num_layers = num_layers
+    head = EagleHead(cfg, target.model)
+    t, h, unroll = 9, target.model.config.hidden_size, 3
+    feature = torch.randn(1, t, h)
+    tokens = torch.randint(0, V, (1, t))
+    pos = torch.arange(t)[None]
+    with torch.no_grad():
+        outs, kvs = [], []
+        for j in range(1, unroll + 1):
+            if j == 1:
+                out, kv = head(feature, tokens, pos, return_kv=True)
+            else:
+                earlier, own = unrolled_masks(t, j, CPU)
+                fed = F.pad(outs[-1][:, :-1], (0, 0, 1, 0))
+                extra = [(kvs[s - 1], mask) for s, mask in enumerate(earlier, start=1)]
+                out, kv = head(fed, tokens, pos, extra_kv=extra, kv_mask=own, return_kv=True)
+            outs.append(out)
+            kvs.append(kv)
+        head.allocate(1, t + 2, CPU, torch.float32)
+        for start in range(t - unroll + 1):  # the step's first draft comes from the pair at `start`
+            out = head(feature[:, : start + 1], tokens[:, : start + 1], pos[:, : start + 1], use_cache=True)[:, -1:]
+            torch.testing.assert_close(out, outs[0][:, start : start + 1], atol=1e-5, rtol=1e-5)
+            for j in range(2, unroll + 1):
+                i = start + j - 1
+                out = head(out, tokens[:, i : i + 1], pos[:, i : i + 1], use_cache=True)
+                torch.testing.assert_close(out, outs[j - 1][:, i : i + 1], atol=1e-5, rtol=1e-5)
+
+
+def test_a_deeper_head_trains_saves_its_layers_and_decodes_losslessly(tmp_path, prompts_file):
+    """strategy.num_layers=2: a second decoder layer in config.json and the weights (layers.0.*); the CLI's
+    strategy=eagle builds it, and T=0 output equals target-only decoding."""
+    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.num_layers=2", "strategy.unroll=3",
+                      "train.steps=2"))
+    assert json.loads((ckpt / "config.json").read_text())["num_layers"] == 2
+    weights = load_file(str(ckpt / "model.safetensors"))
+    assert weights["layers.0.q_proj.weight"].shape == weights["q_proj.weight"].shape
+    assert "layers.0.input_layernorm.weight" in weights and not any(k.startswith("layers.1.") for k in weights)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        run_cfg = compose("config", overrides=[
+            "target=tiny-llama", "strategy=eagle", f"strategy.checkpoint={ckpt}", "strategy.k=3", "dataset=builtin",
+            "dataset.num_prompts=3", "max_new_tokens=8", "logger=none", "engine.warmup=false",
+            f"+output_dir={tmp_path / 'job'}"])
+    result = run(run_cfg).results
+    assert result["exact_match"]["all_equal"] and result["strategy"]["acceptance_length"] >= 1
+
+
+@pytest.mark.parametrize("layers", ["0", "-1", "1.5", "two", "true"])
+def test_a_bad_num_layers_is_a_config_error_before_any_data_is_made(tmp_path, prompts_file, layers):
+    with pytest.raises(ConfigError, match=r"strategy.num_layers=.*allowed: an integer >= 1"):
+        train(_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.num_layers={layers}"))
+    assert not (tmp_path / "data").exists()
 
 
 def test_a_bad_aligned_unroll_value_is_a_config_error(tmp_path, prompts_file):
