@@ -239,7 +239,7 @@ class Trainer:
         if self.init_from is None or resume_from is not None:
             return
         try:
-            self.load_weights(self.init_from)
+            self.load_start(self.init_from)
         except RuntimeError as e:  # load_state_dict: missing or unexpected names, other shapes
             detail = " ".join(str(e).split())[:400]
             raise ConfigError(f"strategy.init_from={str(self.init_from)!r}: its weights do not fit the head these "
@@ -256,6 +256,10 @@ class Trainer:
 
     def load_weights(self, directory: Path) -> None:
         self.module.load_state_dict(read_weights(Path(directory) / "model.safetensors"))
+
+    def load_start(self, directory: Path) -> None:
+        """A fine-tune's starting weights (strategy.init_from): the same head's, by default."""
+        self.load_weights(directory)
 
 
 class EagleTrainer(Trainer):
@@ -348,6 +352,26 @@ class EagleTrainer(Trainer):
         super().save(directory)
         if self.vocab is not None:
             self.vocab.save(directory)
+
+    def load_start(self, directory: Path) -> None:
+        """A fine-tune's starting weights. From a head of fewer decoder layers than strategy.num_layers, the head grows
+        (LLaMA Pro's block expansion, arXiv 2401.02415): the checkpoint's layers as they were, and each new one after
+        them with its o_proj and down_proj zero, so that the grown head starts as the checkpoint's function exactly."""
+        head = self.module
+        missing, unexpected = head.load_state_dict(read_weights(Path(directory) / "model.safetensors"), strict=False)
+        grown = sorted({int(n.split(".")[1]) for n in missing if n.startswith("layers.")})
+        kept = len(head.layers) - len(grown)
+        if unexpected or any(not n.startswith("layers.") for n in missing) or grown != list(range(kept, len(head.layers))):
+            raise RuntimeError(f"Missing key(s): {missing[:6]}; Unexpected key(s): {unexpected[:6]}")
+        if any(n.startswith(f"layers.{i}.") for i in grown for n in head.state_dict() if n not in missing):
+            raise RuntimeError(f"layers {grown} are partly in the checkpoint")
+        with torch.no_grad():
+            for i in grown:
+                head.layers[i].o_proj.weight.zero_()
+                head.layers[i].down_proj.weight.zero_()
+        if grown:
+            print(f"grown from {kept + 1} decoder layers to {len(head.layers) + 1}: the new ones' o_proj and down_proj "
+                  f"start at zero", flush=True)
 
     def loss(self, batch: Batch, token_loss: TokenLoss, positions: int,
              g: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:

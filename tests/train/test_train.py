@@ -655,6 +655,36 @@ def test_an_eagle_fine_tune_starts_from_the_checkpoints_weights_and_vocabulary(t
     assert not torch.equal(moved["fc.weight"], before["fc.weight"]) and torch.equal(moved["d2t"], before["d2t"])
 
 
+def test_a_fine_tune_grows_a_head_to_more_layers_starting_as_its_function(tmp_path, prompts_file):
+    """strategy.init_from with a larger strategy.num_layers: the checkpoint's weights as they were, the new layer's
+    o_proj and down_proj zero, so at a learning rate of 0 the grown head computes the checkpoint's output features; a
+    head of fewer layers than its checkpoint is refused."""
+    opts = ("strategy=eagle", "strategy.draft_vocab=11", "strategy.unroll=2")
+    start = train(_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=2"))
+    grown = train(_cfg(tmp_path / "b", prompts_file, *opts, "strategy.num_layers=3", f"strategy.init_from={start}",
+                       "train.steps=1", "train.lr=0"))
+    before, after = load_file(str(start / "model.safetensors")), load_file(str(grown / "model.safetensors"))
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert {k.split(".")[1] for k in after if k.startswith("layers.")} == {"0", "1"}
+    assert all(not after[f"layers.{i}.{p}.weight"].any() for i in (0, 1) for p in ("o_proj", "down_proj"))
+    assert after["layers.1.q_proj.weight"].any()  # the rest of a new layer is drawn as a fresh head's
+    target = tiny("tiny-llama")
+    heads = []
+    for ckpt in (start, grown):
+        proposer = EagleProposer(BuildContext(target=target, target_runner=make_runner(target.model), draft=None,
+                                              sampling=SamplingParams(), device=CPU), k=2, checkpoint=str(ckpt),
+                                 cpu_half_weights=False)
+        heads.append(proposer.head)
+    assert len(heads[1].decoder_layers()) == 3
+    g = torch.Generator().manual_seed(2)
+    feature, tokens = torch.randn(2, 5, H, generator=g), torch.randint(0, V, (2, 5), generator=g)
+    with torch.no_grad():
+        outs = [head(feature, tokens, torch.arange(5).expand(2, 5)) for head in heads]
+    torch.testing.assert_close(outs[1], outs[0], atol=0, rtol=0)
+    with pytest.raises(ConfigError, match=r"its weights do not fit the head .*Unexpected key"):
+        train(_cfg(tmp_path / "c", prompts_file, *opts, f"strategy.init_from={grown}"))
+
+
 def test_a_fine_tune_from_a_missing_or_other_checkpoint_is_a_config_error(tmp_path, prompts_file):
     opts = ("strategy=eagle", "strategy.draft_vocab=11", "strategy.unroll=2")
     start = train(_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=1"))
