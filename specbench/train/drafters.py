@@ -370,7 +370,7 @@ class EagleTrainer(Trainer):
                 head.layers[i].o_proj.weight.zero_()
                 head.layers[i].down_proj.weight.zero_()
         if grown:
-            print(f"grown from {kept + 1} decoder layers to {len(head.layers) + 1}: the new ones' o_proj and down_proj "
+            print(f"grown from {kept + 1} to {len(head.layers) + 1} decoder layers: the new ones' o_proj and down_proj "
                   f"start at zero", flush=True)
 
     def loss(self, batch: Batch, token_loss: TokenLoss, positions: int,
