@@ -30,10 +30,10 @@ def read_rows(outputs: str, n: int) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f][:n]
 
 
-def teacher_forced(runner: DecoderRunner, outputs: str, n: int) -> Iterator[tuple[torch.Tensor, int, Any]]:
-    """For the first n rows of a run's outputs.jsonl[.gz]: the tokens [1, N] (prompt + output), the prompt's length,
-    and one target forward over them with its final-norm features (`out.logits` [1, N, V], `out.hidden` [1, N, H])."""
-    for row in read_rows(outputs, n):
+def teacher_forced(runner: DecoderRunner, rows: list[dict[str, Any]]) -> Iterator[tuple[torch.Tensor, int, Any]]:
+    """For each of a run's output rows (read_rows): the tokens [1, N] (prompt + output), the prompt's length, and one
+    target forward over them with its final-norm features (`out.logits` [1, N, V], `out.hidden` [1, N, H])."""
+    for row in rows:
         ids = row["prompt_token_ids"] + row["output_token_ids"]
         runner.allocate(1, len(ids))
         tokens = torch.tensor([ids])
@@ -57,7 +57,7 @@ def main(checkpoint: str, outputs: str, n: int = 20) -> None:
     runner = DecoderRunner(target.model)
     hits = {"prompt": [0, 0], "response": [0, 0]}
     confidence = []
-    for tokens, plen, out in teacher_forced(runner, outputs, n):
+    for tokens, plen, out in teacher_forced(runner, read_rows(outputs, n)):
         length = tokens.shape[1]
         confidence.append(out.logits[0, plen - 1 : length - 1].softmax(-1).max(-1).values)
         for i, ok in enumerate(head_agrees(head, tokens, out)):  # pair i predicts y_{i+1}

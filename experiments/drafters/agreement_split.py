@@ -10,13 +10,12 @@ response's token j + 1, from the target's features up to token j.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import defaultdict
 from collections.abc import Callable
 
 import torch
-from agreement import head_agrees, teacher_forced  # this script's folder is on sys.path
+from agreement import head_agrees, read_rows, teacher_forced  # this script's folder is on sys.path
 
 from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import load_model, resolve_spec
@@ -50,10 +49,10 @@ def main(checkpoint: str, outputs: str, n: int = 80) -> None:
     target = load_model(resolve_spec({"name": "smollm2-135m"}, "target"), torch.device("cpu"), torch.float32)
     head = load_eagle_head(checkpoint, target.model)
     runner = DecoderRunner(target.model)
-    rows = [json.loads(line) for line in open(outputs)][:n]
+    rows = read_rows(outputs, n)
     splits = ("category", "prompt tokens", "response position", "target's top-1 probability")
     hits: dict[str, dict[str, list[int]]] = {split: defaultdict(lambda: [0, 0]) for split in splits}
-    for row, (tokens, plen, out) in zip(rows, teacher_forced(runner, outputs, n)):
+    for row, (tokens, plen, out) in zip(rows, teacher_forced(runner, rows)):
         length = tokens.shape[1]
         sure = out.logits[0].softmax(-1).max(-1).values.tolist()  # [N]: the target's top-1 probability at i
         ok = head_agrees(head, tokens, out)  # pair i predicts y_{i+1}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from agreement import teacher_forced  # this script's folder is on sys.path
+from agreement import read_rows, teacher_forced  # this script's folder is on sys.path
 
 from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import load_model, resolve_spec
@@ -31,7 +31,7 @@ def main(outputs: str, n: int, checkpoints: list[str]) -> None:
     runner = DecoderRunner(target.model)
     sums = {c: torch.zeros(7, dtype=torch.float64) for c in checkpoints}  # top-1, top-2, top-4, overlap, p(top-2), max q, H(q)
     p_stats, count = torch.zeros(2, dtype=torch.float64), 0
-    for tokens, plen, out in teacher_forced(runner, outputs, n):
+    for tokens, plen, out in teacher_forced(runner, read_rows(outputs, n)):
         length = tokens.shape[1]
         # pair i = (f_i, x_{i+1}) predicts the target's distribution at i+1; response pairs: i + 1 >= plen
         lo = plen - 1

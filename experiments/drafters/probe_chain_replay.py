@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from agreement import head_agrees, teacher_forced  # this script's folder is on sys.path
+from agreement import head_agrees, read_rows, teacher_forced  # this script's folder is on sys.path
 
 from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import load_model, resolve_spec
@@ -45,7 +45,7 @@ def main(checkpoint: str, outputs: str, n: int = 80, k: int = 3, oracle: bool = 
     accepted_at = [0] * k  # steps whose draft j was accepted
     steps = 0
     forced = {"every response position": [0, 0], "where a step starts": [0, 0]}
-    for tokens, plen, out in teacher_forced(runner, outputs, n):
+    for tokens, plen, out in teacher_forced(runner, read_rows(outputs, n)):
         x, length = tokens[0], tokens.shape[1]
         f = out.hidden[0]  # [N, H] the target's features
         greedy = out.logits[0].argmax(-1)  # greedy[i]: the target's top-1 after x_0..x_i

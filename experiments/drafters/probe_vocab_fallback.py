@@ -42,7 +42,8 @@ def main(checkpoint: str, outputs: str, n: int = 80) -> None:
     runner = DecoderRunner(target.model)
     names = ("draft vocabulary", "target rows", "fallback")
     tally: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])  # hits x3, outside, positions
-    for row, (tokens, plen, out) in zip(read_rows(outputs, n), teacher_forced(runner, outputs, n)):
+    rows = read_rows(outputs, n)
+    for row, (tokens, plen, out) in zip(rows, teacher_forced(runner, rows)):
         length = tokens.shape[1]
         feat = head(out.hidden[:, :-2], tokens[:, 1:-1], torch.arange(length - 2)[None])[0]  # pair i -> y_{i+1}
         x = head.norm(feat) if head.norm is not None else feat
