@@ -19,6 +19,8 @@
 #   bash experiments/drafters/pipeline.sh mlp     # (call 3 instead) wide's recipe with a wider MLP (MLP_WIDTH, MLP_VOCAB)
 #   bash experiments/drafters/pipeline.sh twice-data  # wide's set plus magpie-more's seeds 4-7 (MAGPIE_SEEDS), then twice
 #   bash experiments/drafters/pipeline.sh aligned # (after wide-data) wide's recipe with GRIFFIN's aligned unroll (ALIGNED_RUNS)
+#   bash experiments/drafters/pipeline.sh ft      # (after wide-data) fine-tunes of one head (FT_FROM, FT_RUNS)
+#   bash experiments/drafters/pipeline.sh deep    # (after wide-data) wide's recipe with more decoder layers (DEEP_LAYERS)
 # The EAGLE heads before the soft stage were trained on the target's top-1 (strategy.soft_labels=false, the
 # default until 2026-12-03): their stages say so, so they still make the same heads.
 # Every stage has a time budget, so a command ends inside its limit; what a budget cut is printed with the
@@ -34,7 +36,7 @@
 # Spec-Bench's question.jsonl. device_tree.sh's header lists the calls of the arena run. (Until 2026-12-05 the GGUF
 # went in three parts of 33 MB with only the checkpoints' weights moved out; the stage joins either.)
 set -euo pipefail
-stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long|arena-data|arena|magpie-more|wide-data|wide|mlp|twice-data|twice|aligned|ft}
+stage=${1:?usage: pipeline.sh train|more|train2|vocab|vocab2|eagle3|evals-data|evals|soft|nofeat|long|arena-data|arena|magpie-more|wide-data|wide|mlp|twice-data|twice|aligned|ft|deep}
 DEADLINE=$((SECONDS + ${DEADLINE_S:-570}))  # the evaluation stops starting new sweeps past this
 G=$PWD/.cache/gpu
 RUN=$G/run
@@ -138,7 +140,7 @@ fi
 if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ] \
     || [ "$stage" = arena-data ] || [ "$stage" = arena ] || [ "$stage" = wide-data ] || [ "$stage" = wide ] \
     || [ "$stage" = mlp ] || [ "$stage" = twice-data ] || [ "$stage" = twice ] || [ "$stage" = aligned ] \
-    || [ "$stage" = ft ]; then
+    || [ "$stage" = ft ] || [ "$stage" = deep ]; then
   # (issue 13 item 3) the shipped head's recipe (vocab: 2 responses per prompt, draft vocabulary 8192, 3-step
   # training-time test) on its prompts plus 10,635 human-written requests from OpenAI's evals registry
   # (prompts/openai_evals.jsonl.gz, `python -m specbench.train.prompts --magpie 0 --code 0 --evals -1`). The set is
@@ -166,7 +168,7 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
   more=""; cache=distill4; seeds=""
   case $stage in
     arena-data|arena) for _ in $(seq "${ARENA_X:-4}"); do more="$more,$P/arena_hard.jsonl.gz"; done; cache=distill5 ;;
-    wide-data|wide|mlp|aligned|ft) seeds="2 3"; cache=distill6 ;;
+    wide-data|wide|mlp|aligned|ft|deep) seeds="2 3"; cache=distill6 ;;
     # twice-data / twice (forty-first session): wide's set plus magpie-more's seeds 4-7 (MAGPIE_SEEDS below), about
     # twice wide's prompts again: the tenth run's lever (+2.3% for a doubling of the target's own requests), once more
     twice-data|twice) seeds="2 3 4 5 6 7"; cache=distill7 ;;
@@ -183,7 +185,8 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
     py -m specbench.train $EV train.steps=$((STEPS * 10 / 3)) train.stop_after=1 \
         data.time_budget_s=${DATA_BUDGET_S:-$((DEADLINE - SECONDS - 45))} output_dir=$RUN/$stage | grep -E "^distillation" | tail -4
   elif [ "$stage" = soft ] || [ "$stage" = nofeat ] || [ "$stage" = long ] || [ "$stage" = arena ] || [ "$stage" = wide ] \
-      || [ "$stage" = mlp ] || [ "$stage" = twice ] || [ "$stage" = aligned ] || [ "$stage" = ft ]; then
+      || [ "$stage" = mlp ] || [ "$stage" = twice ] || [ "$stage" = aligned ] || [ "$stage" = ft ] \
+      || [ "$stage" = deep ]; then
     # 2026-12-03 (twelfth session): the shipped head's exact recipe (evals: this set, 6000 steps, seed 0) with one
     # change, strategy.soft_labels=true: the token loss is a cross-entropy to the target's distribution over the draft
     # vocabulary (its LM head over the cached final-norm feature), as EAGLE and EAGLE-3 train, not to its top-1. Then
@@ -211,6 +214,13 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
     # question at the shipped vocabulary
     w=${MLP_WIDTH:-4608} n=${MLP_VOCAB:-null}  # ';' parts one run's overrides
     [ "$stage" = mlp ] && runs="mlp$w-v$n:strategy.intermediate_size=$w;strategy.draft_vocab=$n"
+    # deep (forty-fourth session, 2026-12-07): wide's recipe and data (the shipped head's) with DEEP_LAYERS decoder
+    # layers (default 2; strategy.num_layers), the capacity question by depth: the MLP twice as wide took +2.1%, and
+    # the probes put the first draft's agreement, not the drafting, between the chain and 2.2. A second layer adds
+    # 3.54 M parameters (25 MB in fp16 with the 8192-id LM head: over the 20 MB a committed checkpoint may)
+    # DEEP_LM_HEAD=target: the draft vocabulary's logits from the target's LM head rows (strategy.draft_lm_head), not
+    # saved: 2 layers then take 15.5 MB, under the 20 MB
+    [ "$stage" = deep ] && runs="deep${DEEP_LAYERS:-2}-${DEEP_LM_HEAD:-own}:strategy.num_layers=${DEEP_LAYERS:-2};strategy.draft_lm_head=${DEEP_LM_HEAD:-own}"
     # aligned (forty-second session, 2026-12-06): wide's recipe and data with one change, strategy.aligned_unroll=true
     # (GRIFFIN's token alignment: unrolled step j trains only where steps 1..j-1 drafted the tokens it is fed), and
     # the same recipe without it (plain) on the same set, so the pair differs in that setting alone. ALIGNED_RUNS says

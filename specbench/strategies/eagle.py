@@ -74,6 +74,10 @@ class EagleConfig:
     own_embedding: bool = False  # the checkpoint carries its own embed_tokens (else the target's is shared)
     rope_theta: float | None = None  # the checkpoint's RoPE base when it states one (checked against the target's)
     format: str = "specbench"  # the layout it was read from (formats.FORMATS); specbench's own when trained here
+    num_layers: int = 1  # decoder layers: the first reads fc's output (or EAGLE-3's pair), the rest are Llama's own
+    # with draft_vocab_size: "own" = its own LM head, trained and saved (EAGLE-3's); "target" = the target's LM head's
+    # rows at the draft ids, frozen and not saved (a checkpoint smaller by draft_vocab_size x hidden_size weights)
+    draft_lm_head: str = "own"
 
     @classmethod
     def for_target(cls, hf_config: Any, fuse_layers: list[int] | None = None, target: str = "") -> EagleConfig:
@@ -106,14 +110,44 @@ class _RMSNorm(nn.Module):
         return _rms_norm(self, x)
 
 
+class _Layer(nn.Module):
+    """A deeper head's further decoder layer (num_layers > 1): Llama's (RMSNorm, attention with RoPE, SwiGLU MLP), with
+    its own cache. The head's first layer has the same attributes on the head itself (its checkpoint names)."""
+
+    def __init__(self, cfg: EagleConfig) -> None:
+        super().__init__()
+        self.input_layernorm = _RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        _attention_and_mlp(self, cfg, cfg.hidden_size)
+
+
+def _attention_and_mlp(layer: nn.Module, cfg: EagleConfig, a: int) -> None:
+    """A decoder layer's projections, norm and cache on `layer` (the head for its first layer, or a _Layer); its
+    attention reads `a` features."""
+    h, d = cfg.hidden_size, cfg.head_dim
+    layer.q_proj = nn.Linear(a, cfg.num_heads * d, bias=False)
+    layer.k_proj = nn.Linear(a, cfg.num_kv_heads * d, bias=False)
+    layer.v_proj = nn.Linear(a, cfg.num_kv_heads * d, bias=False)
+    layer.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
+    layer.post_attention_layernorm = _RMSNorm(h, cfg.rms_norm_eps)
+    layer.gate_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
+    layer.up_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
+    layer.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
+    layer.k_cache = None  # [B, Hkv, S, D]
+    layer.v_cache = None
+    # inference only: q/k/v and gate/up as one product each (EagleHead.prepare_inference); a tuple keeps them out of
+    # parameters() and state_dict(), so training and checkpoints see the separate projections
+    layer.fused = ()
+
+
 class EagleHead(nn.Module):
-    """The draft head. Its own weights are fc (and fuse), one decoder layer; embedding, final norm,
-    rotary embedding and LM head are the target's, held by reference (not in its state_dict)."""
+    """The draft head. Its own weights are fc (and fuse), its decoder layers (one unless num_layers says more);
+    embedding, final norm, rotary embedding and LM head are the target's, held by reference (not in its
+    state_dict)."""
 
     def __init__(self, cfg: EagleConfig, target_model: nn.Module) -> None:
         super().__init__()
         self.cfg = cfg
-        h, d = cfg.hidden_size, cfg.head_dim
+        h = cfg.hidden_size
         base = target_model.model
         # the target's modules, frozen and shared: a tuple keeps them out of parameters() and state_dict()
         self.shared = (base.embed_tokens, base.norm, base.rotary_emb, target_model.get_output_embeddings())
@@ -122,31 +156,24 @@ class EagleHead(nn.Module):
         self.fc = None if cfg.eagle3_layer else nn.Linear(2 * h, h, bias=cfg.fc_bias)
         self.input_layernorm = _RMSNorm(h, cfg.rms_norm_eps) if cfg.input_layernorm else None
         self.hidden_norm = _RMSNorm(h, cfg.rms_norm_eps) if cfg.eagle3_layer else None
-        a = 2 * h if cfg.eagle3_layer else h  # EAGLE-3's attention reads [embedding; feature]
-        self.q_proj = nn.Linear(a, cfg.num_heads * d, bias=False)
-        self.k_proj = nn.Linear(a, cfg.num_kv_heads * d, bias=False)
-        self.v_proj = nn.Linear(a, cfg.num_kv_heads * d, bias=False)
-        self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
-        self.post_attention_layernorm = _RMSNorm(h, cfg.rms_norm_eps)
-        self.gate_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
+        _attention_and_mlp(self, cfg, 2 * h if cfg.eagle3_layer else h)  # EAGLE-3's attention reads [embedding; feature]
+        self.layers = nn.ModuleList(_Layer(cfg) for _ in range(cfg.num_layers - 1))  # no state_dict keys for one layer
         self.norm = _RMSNorm(h, cfg.rms_norm_eps) if cfg.final_norm == "own" else None
-        self.draft_lm_head = nn.Linear(h, cfg.draft_vocab_size, bias=False) if cfg.draft_vocab_size else None
+        if cfg.draft_lm_head not in ("own", "target"):
+            raise ConfigError(f"eagle config draft_lm_head={cfg.draft_lm_head!r}; allowed: 'own' or 'target'")
+        own_rows = bool(cfg.draft_vocab_size) and cfg.draft_lm_head == "own"
+        self.draft_lm_head = nn.Linear(h, cfg.draft_vocab_size, bias=False) if own_rows else None
         if cfg.draft_vocab_size and cfg.draft_vocab_size != cfg.vocab_size:
             # EAGLE-3's reduced vocabulary: draft id i is target id i + d2t[i]
             self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
         else:
             self.d2t = None
-        self.k_cache: torch.Tensor | None = None  # [B, Hkv, S, D]
-        self.v_cache: torch.Tensor | None = None
-        # inference only (EagleProposer): the rotary tables of the cache's slots (allocate), and q/k/v and gate/up
-        # as one product each with the draft vocabulary's target ids (prepare_inference); a tuple keeps the fused
-        # copies out of parameters() and state_dict(), so training and checkpoints see the separate projections
+        # inference only (EagleProposer): the rotary tables of the cache's slots (allocate), and the draft
+        # vocabulary's target ids (prepare_inference)
         self.rope_cos: torch.Tensor | None = None  # [S, D] in the head's dtype, the target's rotary's own values
         self.rope_sin: torch.Tensor | None = None
-        self.fused: tuple[nn.ModuleDict, ...] = ()
         self.vocab_ids: torch.Tensor | None = None  # [Vd] target id of each draft id (d2t applied)
+        self.rows: torch.Tensor | None = None  # draft_lm_head=target: the target's LM head rows at them (prepare_inference)
 
     @property
     def lm_head(self) -> nn.Module:
@@ -174,7 +201,18 @@ class EagleHead(nn.Module):
         if self.norm is not None:
             out = self.norm(out)
         head = self.lm_head  # the target's own (held by reference) takes the target's CPU products
-        return head(out) if head is self.draft_lm_head else linear(out, head.weight, head.bias)
+        if head is self.draft_lm_head:
+            return head(out)
+        if self.cfg.draft_vocab_size and self.d2t is not None:  # draft_lm_head=target: its rows at the draft ids
+            return linear(out, self.target_rows(), None)
+        return linear(out, head.weight, head.bias)
+
+    def target_rows(self) -> torch.Tensor:
+        """[V_draft, H] the target's LM head rows of the draft vocabulary (draft_lm_head=target): gathered once by
+        prepare_inference, on each call before it (training, where d2t is set after the head is built)."""
+        if self.rows is not None:
+            return self.rows
+        return self.shared[3].weight[self.target_ids()]
 
     def target_ids(self) -> torch.Tensor | None:
         """[V_draft] the target id of each draft column (i + d2t[i]); None without a reduced vocabulary. Computed
@@ -183,27 +221,38 @@ class EagleHead(nn.Module):
             return self.vocab_ids
         return torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t
 
-    def prepare_inference(self) -> nn.ModuleDict:
-        """For drafting after the weights are loaded (never trained after): q/k/v and gate/up as one product each (three
-        products fewer per pass, and one rotary over q and k together), and the draft vocabulary's target ids computed
-        once. The separate projections' weights become views of the fused ones (`fuse_linears`: no second copy).
-        Returns the fused linears, also kept in `self.fused` (a tuple: not submodules, so parameters() and
-        state_dict() still see the separate projections); `unfused_linears` lists what inference no longer runs."""
+    def decoder_layers(self) -> tuple[nn.Module, ...]:
+        """The head's decoder layers in order: the head itself holds the first one's weights and cache."""
+        return (self, *self.layers)
+
+    def prepare_inference(self) -> nn.ModuleList:
+        """For drafting after the weights are loaded (never trained after): each layer's q/k/v and gate/up as one
+        product each (three products fewer per pass, and one rotary over q and k together), and the draft vocabulary's
+        target ids computed once. The separate projections' weights become views of the fused ones (`fuse_linears`:
+        no second copy). Returns each layer's fused linears, also kept in its `fused` (a tuple: not submodules, so
+        parameters() and state_dict() still see the separate projections); `unfused_linears` lists what inference no
+        longer runs."""
         def fused(*parts: nn.Linear) -> nn.Linear:
             weight, _ = fuse_linears(list(parts))
             lin = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
             lin.weight = nn.Parameter(weight, requires_grad=False)
             return lin
 
-        modules = nn.ModuleDict(dict(qkv=fused(self.q_proj, self.k_proj, self.v_proj),
-                                     gate_up=fused(self.gate_proj, self.up_proj)))
-        self.fused = (modules,)
+        per_layer = nn.ModuleList()
+        for layer in self.decoder_layers():
+            modules = nn.ModuleDict(dict(qkv=fused(layer.q_proj, layer.k_proj, layer.v_proj),
+                                         gate_up=fused(layer.gate_proj, layer.up_proj)))
+            layer.fused = (modules,)
+            per_layer.append(modules)
         self.vocab_ids = self.target_ids()
-        return modules
+        if self.draft_lm_head is None and self.d2t is not None:
+            self.rows = self.shared[3].weight.detach()[self.vocab_ids].contiguous()
+        return per_layer
 
     def unfused_linears(self) -> tuple[nn.Linear, ...]:
         """The projections a prepared head's inference runs through `fused` instead (the CPU need not pack them)."""
-        return (self.q_proj, self.k_proj, self.v_proj, self.gate_proj, self.up_proj) if self.fused else ()
+        return tuple(lin for layer in self.decoder_layers() if layer.fused
+                     for lin in (layer.q_proj, layer.k_proj, layer.v_proj, layer.gate_proj, layer.up_proj))
 
     def features(self, hidden: torch.Tensor | None, layer_hidden: list[torch.Tensor] | None) -> torch.Tensor:
         """The head's input feature from one target forward: [B, T, H] final-norm hidden, or the fused layers."""
@@ -215,20 +264,24 @@ class EagleHead(nn.Module):
 
     @contextmanager
     def narrow(self, lo: int, hi: int) -> Iterator[EagleHead]:
-        """Within the block the cache holds rows lo..hi-1 only (views), as DecoderRunner.narrow."""
-        saved = self.k_cache, self.v_cache
-        assert saved[0] is not None, "call allocate() first"
-        self.k_cache, self.v_cache = saved[0][lo:hi], saved[1][lo:hi]
+        """Within the block the caches hold rows lo..hi-1 only (views), as DecoderRunner.narrow."""
+        layers = self.decoder_layers()
+        saved = [(layer.k_cache, layer.v_cache) for layer in layers]
+        assert saved[0][0] is not None, "call allocate() first"
+        for layer, (k, v) in zip(layers, saved):
+            layer.k_cache, layer.v_cache = k[lo:hi], v[lo:hi]
         try:
             yield self
         finally:
-            self.k_cache, self.v_cache = saved
+            for layer, (k, v) in zip(layers, saved):
+                layer.k_cache, layer.v_cache = k, v
 
     def allocate(self, batch_size: int, max_len: int, device: torch.device, dtype: torch.dtype) -> None:
         shape = (batch_size, self.cfg.num_kv_heads, max_len, self.cfg.head_dim)
         if self.k_cache is None or self.k_cache.shape != shape or self.k_cache.dtype != dtype:
-            self.k_cache = torch.zeros(shape, device=device, dtype=dtype)
-            self.v_cache = torch.zeros(shape, device=device, dtype=dtype)
+            for layer in self.decoder_layers():
+                layer.k_cache = torch.zeros(shape, device=device, dtype=dtype)
+                layer.v_cache = torch.zeros(shape, device=device, dtype=dtype)
             with torch.inference_mode():  # the rotary at every slot: transformers' values, looked up per pass
                 cos, sin = self.shared[2](self.k_cache.new_empty(1), torch.arange(max_len, device=device)[None])
             self.rope_cos, self.rope_sin = cos[0].to(dtype).contiguous(), sin[0].to(dtype).contiguous()  # [S, D]
@@ -240,14 +293,16 @@ class EagleHead(nn.Module):
         positions: torch.Tensor,  # [B, T] int64 i
         use_cache: bool = False,  # write keys/values at `positions` into the per-row cache, attend over it
         attn_len: int | None = None,  # with use_cache: a bound > every position
-        extra_kv: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None,  # training-time test
+        # training-time test: earlier unrolled steps' (return_kv's per-layer keys and values, their [B, 1, T, T] mask)
+        extra_kv: list[tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]] | None = None,
         kv_mask: torch.Tensor | None = None,  # [B, 1, T, S] without cache: which keys each query sees
         return_kv: bool = False,
         slots: torch.Tensor | None = None,  # with use_cache, a tree: [B, T] slots to write (default: the positions)
         tree_path: torch.Tensor | None = None,  # [B, T, E] the slots of each one's ancestors (decode_ref.tree_paths)
-    ) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    ) -> torch.Tensor | tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """Output feature [B, T, H], fed back at the next position: logits(out) gives token x_{i+2} (with the default
-        final_norm=target, out is after the target's final norm and lm_head(out) is the same)."""
+        final_norm=target, out is after the target's final norm and lm_head(out) is the same). With return_kv also
+        each layer's keys and values of these positions ([B, Hkv, T, D] each)."""
         embed, norm, rotary, _ = self.shared
         bsz, t = tokens.shape
         nh, nkv, d = self.cfg.num_heads, self.cfg.num_kv_heads, self.cfg.head_dim
@@ -259,52 +314,59 @@ class EagleHead(nn.Module):
         else:
             x = self.fc(torch.cat([e, feature], dim=-1))  # [B, T, H]
             h = x if self.input_layernorm is None else self.input_layernorm(x)
-        fused = self.fused[0] if self.fused and not torch.is_grad_enabled() else None
         if use_cache and self.rope_cos is not None and self.rope_cos.dtype == x.dtype:  # slot == position < S
             cos, sin = self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]  # [B, 1, T, D]
         else:
             cos, sin = rotary(x, positions)
             cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)  # [B, 1, T, D]
-        if fused is not None:  # one product, and one rotary over q and k: [B, Hq + Hkv, T, D]
-            qkv = fused["qkv"](h).view(bsz, t, nh + 2 * nkv, d).transpose(1, 2)
-            qk = qkv[:, : nh + nkv]
-            qk = qk * cos + _rotate_half(qk) * sin
-            q, k, v = qk[:, :nh], qk[:, nh:], qkv[:, nh + nkv :]
-        else:
-            q = self.q_proj(h).view(bsz, t, nh, d).transpose(1, 2)  # [B, Hq, T, D]
-            k = self.k_proj(h).view(bsz, t, nkv, d).transpose(1, 2)  # [B, Hkv, T, D]
-            v = self.v_proj(h).view(bsz, t, nkv, d).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-        if use_cache:
-            # slot == position: overwrite this call's slots, then each query at p sees slots 0..p of its row
+        if use_cache:  # slot == position: each query at p sees slots 0..p of its row (a tree: its ancestors' too)
             assert self.k_cache is not None, "call allocate() first"
             s = self.k_cache.shape[2] if attn_len is None else attn_len
-            idx = (positions if slots is None else slots)[:, None, :, None].expand(bsz, nkv, t, d)
-            self.k_cache.scatter_(2, idx, k)
-            self.v_cache.scatter_(2, idx, v)
-            keys, values = self.k_cache[:, :, :s], self.v_cache[:, :, :s]
             if tree_path is None:
                 mask = torch.arange(s, device=x.device)[None, None, None, :] <= positions[:, None, :, None]
             else:  # a tree's frontier: the slots below its root's, then its ancestors'
                 mask = tree_slot_mask(tree_path, positions, s)[:, None]
         else:
-            keys, values = k, v
             mask = positions[:, None, None, :] <= positions[:, None, :, None] if kv_mask is None else kv_mask
             if extra_kv:  # earlier unrolled steps' keys (EAGLE-3 training-time test), with their own masks
-                keys = torch.cat([e[0] for e in extra_kv] + [k], dim=2)
-                values = torch.cat([e[1] for e in extra_kv] + [v], dim=2)
-                mask = torch.cat([e[2] for e in extra_kv] + [mask], dim=3)
-        o = masked_attention(q, keys, values, mask, d**-0.5)
-        x = x + self.o_proj(o.transpose(1, 2).reshape(bsz, t, nh * d))
-        h = self.post_attention_layernorm(x)
-        if fused is not None:
-            gate, up = fused["gate_up"](h).chunk(2, dim=-1)
-        else:
-            gate, up = self.gate_proj(h), self.up_proj(h)
-        x = x + self.down_proj(F.silu(gate) * up)
+                mask = torch.cat([e[1] for e in extra_kv] + [mask], dim=3)
+        kvs = []
+        for n, layer in enumerate(self.decoder_layers()):
+            if n:
+                h = layer.input_layernorm(x)
+            fused = layer.fused[0] if layer.fused and not torch.is_grad_enabled() else None
+            if fused is not None:  # one product, and one rotary over q and k: [B, Hq + Hkv, T, D]
+                qkv = fused["qkv"](h).view(bsz, t, nh + 2 * nkv, d).transpose(1, 2)
+                qk = qkv[:, : nh + nkv]
+                qk = qk * cos + _rotate_half(qk) * sin
+                q, k, v = qk[:, :nh], qk[:, nh:], qkv[:, nh + nkv :]
+            else:
+                q = layer.q_proj(h).view(bsz, t, nh, d).transpose(1, 2)  # [B, Hq, T, D]
+                k = layer.k_proj(h).view(bsz, t, nkv, d).transpose(1, 2)  # [B, Hkv, T, D]
+                v = layer.v_proj(h).view(bsz, t, nkv, d).transpose(1, 2)
+                q = q * cos + _rotate_half(q) * sin
+                k = k * cos + _rotate_half(k) * sin
+            if use_cache:  # overwrite this call's slots, then attend over the cache
+                idx = (positions if slots is None else slots)[:, None, :, None].expand(bsz, nkv, t, d)
+                layer.k_cache.scatter_(2, idx, k)
+                layer.v_cache.scatter_(2, idx, v)
+                keys, values = layer.k_cache[:, :, :s], layer.v_cache[:, :, :s]
+            elif extra_kv:
+                keys = torch.cat([e[0][n][0] for e in extra_kv] + [k], dim=2)
+                values = torch.cat([e[0][n][1] for e in extra_kv] + [v], dim=2)
+            else:
+                keys, values = k, v
+            o = masked_attention(q, keys, values, mask, d**-0.5)
+            x = x + layer.o_proj(o.transpose(1, 2).reshape(bsz, t, nh * d))
+            h = layer.post_attention_layernorm(x)
+            if fused is not None:
+                gate, up = fused["gate_up"](h).chunk(2, dim=-1)
+            else:
+                gate, up = layer.gate_proj(h), layer.up_proj(h)
+            x = x + layer.down_proj(F.silu(gate) * up)
+            kvs.append((k, v))
         out = _rms_norm(norm, x) if self.cfg.final_norm == "target" else x
-        return (out, (k, v)) if return_kv else out
+        return (out, kvs) if return_kv else out
 
     # -- checkpoints: config.json + model.safetensors ----------------------------------------------
 

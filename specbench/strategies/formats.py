@@ -339,6 +339,9 @@ def to_speculators(config: dict[str, Any], state: dict[str, torch.Tensor], verif
     if config.get("eagle3_layer") or config.get("draft_vocab_size") or config.get("own_embedding"):
         raise ConfigError("export writes specbench-trained EAGLE heads; this one was converted from a published format "
                           "already (use the original checkpoint)")
+    if config.get("num_layers", 1) != 1:
+        raise ConfigError(f"export writes one-layer EAGLE heads (speculators' `eagle` holds one transformer layer); this "
+                          f"head has num_layers={config['num_layers']}")
     h, heads = config["hidden_size"], config["num_heads"]
     layer = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": h,
              "intermediate_size": config["intermediate_size"], "num_attention_heads": heads,

@@ -239,7 +239,7 @@ class Trainer:
         if self.init_from is None or resume_from is not None:
             return
         try:
-            self.load_weights(self.init_from)
+            self.load_start(self.init_from)
         except RuntimeError as e:  # load_state_dict: missing or unexpected names, other shapes
             detail = " ".join(str(e).split())[:400]
             raise ConfigError(f"strategy.init_from={str(self.init_from)!r}: its weights do not fit the head these "
@@ -256,6 +256,10 @@ class Trainer:
 
     def load_weights(self, directory: Path) -> None:
         self.module.load_state_dict(read_weights(Path(directory) / "model.safetensors"))
+
+    def load_start(self, directory: Path) -> None:
+        """A fine-tune's starting weights (strategy.init_from): the same head's, by default."""
+        self.load_weights(directory)
 
 
 class EagleTrainer(Trainer):
@@ -281,7 +285,7 @@ class EagleTrainer(Trainer):
                  fuse_layers: list[int] | None = None, unroll: int = 2, w_feature: float = 1.0, w_token: float = 0.5,
                  feature_noise: float = 0.0, draft_vocab: int | None = None, soft_labels: bool = True,
                  intermediate_size: int | None = None, aligned_unroll: bool = False,
-                 init_from: str | None = None) -> None:
+                 init_from: str | None = None, num_layers: int = 1, draft_lm_head: str = "own") -> None:
         super().__init__(target, target_label, data_layers)
         self.init_from = start_checkpoint(init_from, self.name, target_label)
         if not isinstance(aligned_unroll, bool):
@@ -304,6 +308,15 @@ class EagleTrainer(Trainer):
                 raise ConfigError(f"strategy.intermediate_size={intermediate_size!r}; allowed: null (the target's, "
                                   f"{cfg.intermediate_size}) or an integer >= 1: the width of the head's MLP")
             cfg.intermediate_size = intermediate_size
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+            raise ConfigError(f"strategy.num_layers={num_layers!r}; allowed: an integer >= 1, the head's decoder layers "
+                              f"(1 as EAGLE publishes it)")
+        cfg.num_layers = num_layers
+        if draft_lm_head not in ("own", "target") or (draft_lm_head == "target" and not draft_vocab):
+            raise ConfigError(f"strategy.draft_lm_head={draft_lm_head!r} with strategy.draft_vocab={draft_vocab!r}; "
+                              f"allowed: own (the draft vocabulary's own LM head, trained and saved) or target (the "
+                              f"target's LM head rows at the draft ids, frozen and not saved; needs strategy.draft_vocab)")
+        cfg.draft_lm_head = draft_lm_head
         self.module = EagleHead(cfg, target.model)
         self.vocab: DraftVocab | None = None  # chosen in prepare(), once the data exists
         self.unroll, self.w_feature, self.w_token, self.noise = unroll, w_feature, w_token, feature_noise
@@ -332,18 +345,40 @@ class EagleTrainer(Trainer):
         self.vocab = saved or DraftVocab.count(data, train_ids, size, head.cfg.vocab_size)
         ids = torch.tensor(self.vocab.ids, device=device)
         with torch.no_grad():
-            head.draft_lm_head.weight.copy_(self.target.model.get_output_embeddings().weight[ids])
+            if head.draft_lm_head is not None:  # its own rows start as the target's (draft_lm_head=target: they are)
+                head.draft_lm_head.weight.copy_(self.target.model.get_output_embeddings().weight[ids])
             if head.d2t is not None:  # absent when N is the whole vocabulary: draft id == target id
                 head.d2t.copy_(self.vocab.d2t())
         print(f"draft vocabulary: {size} target ids cover {self.vocab.covered:.4f} of {self.vocab.labels} top-1 labels "
               f"of the training sequences", flush=True)
         self.start_from_checkpoint(resume_from)
-        return TokenLoss.over(ids, head.cfg.vocab_size, own_head=True)  # target id -> draft id
+        # target id -> draft id; the target's own rows at the draft ids when the head has none
+        return TokenLoss.over(ids, head.cfg.vocab_size, own_head=head.draft_lm_head is not None)
 
     def save(self, directory: Path) -> None:
         super().save(directory)
         if self.vocab is not None:
             self.vocab.save(directory)
+
+    def load_start(self, directory: Path) -> None:
+        """A fine-tune's starting weights. From a head of fewer decoder layers than strategy.num_layers, the head grows
+        (LLaMA Pro's block expansion, arXiv 2401.02415): the checkpoint's layers as they were, and each new one after
+        them with its o_proj and down_proj zero, so that the grown head starts as the checkpoint's function exactly."""
+        head = self.module
+        missing, unexpected = head.load_state_dict(read_weights(Path(directory) / "model.safetensors"), strict=False)
+        grown = sorted({int(n.split(".")[1]) for n in missing if n.startswith("layers.")})
+        kept = len(head.layers) - len(grown)
+        if unexpected or any(not n.startswith("layers.") for n in missing) or grown != list(range(kept, len(head.layers))):
+            raise RuntimeError(f"Missing key(s): {missing[:6]}; Unexpected key(s): {unexpected[:6]}")
+        if any(n.startswith(f"layers.{i}.") for i in grown for n in head.state_dict() if n not in missing):
+            raise RuntimeError(f"layers {grown} are partly in the checkpoint")
+        with torch.no_grad():
+            for i in grown:
+                head.layers[i].o_proj.weight.zero_()
+                head.layers[i].down_proj.weight.zero_()
+        if grown:
+            print(f"grown from {kept + 1} to {len(head.layers) + 1} decoder layers: the new ones' o_proj and down_proj "
+                  f"start at zero", flush=True)
 
     def loss(self, batch: Batch, token_loss: TokenLoss, positions: int,
              g: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
@@ -368,10 +403,9 @@ class EagleTrainer(Trainer):
             with torch.no_grad():
                 rows = target_feat.gather(1, cols[..., None].expand(-1, -1, target_feat.shape[-1]))[first]
                 soft = token_loss.target_probs(self.target.model.get_output_embeddings().weight, rows)  # [M1, C]
-        q, k = pos[:1, :, None], pos[:1, None, :]  # [1, T, 1], [1, 1, T]
         total = torch.zeros((), device=feature.device)
         metrics: dict[str, float] = {}
-        kvs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        kvs: list[list[tuple[torch.Tensor, torch.Tensor]]] = []  # per unrolled step, each layer's keys and values
         # [B, T] bool per step: its top-1 at i is x_{i+2}. Needed to train aligned, and measured in validation (run under
         # no_grad) for every head: acc_aligned_j, step j's agreement where drafting reaches it, is what the chain's
         # acceptance at position j given the earlier ones estimates
@@ -385,9 +419,9 @@ class EagleTrainer(Trainer):
                 step_valid = valid
             else:
                 fed = F.pad(out[:, :-1], (0, 0, 1, 0))  # the head's step-(j-1) output from i-1
-                extra = [(kvs[0][0], kvs[0][1], (k <= q - (j - 1))[:, None])]
-                extra += [(kvs[s - 1][0], kvs[s - 1][1], (k == q - (j - s))[:, None]) for s in range(2, j)]
-                out, kv = head(fed, tokens, pos, extra_kv=extra, kv_mask=(k == q)[:, None], return_kv=True)
+                earlier, own = unrolled_masks(t, j, feature.device)
+                extra = [(kvs[s - 1], mask) for s, mask in enumerate(earlier, start=1)]
+                out, kv = head(fed, tokens, pos, extra_kv=extra, kv_mask=own, return_kv=True)
                 step_valid = valid & (pos >= j - 1)
             reached = step_valid  # where drafting reaches step j: step s's output at i-(j-s) drafted, every s < j
             for s, hit in enumerate(hits, start=1):
@@ -424,6 +458,17 @@ class EagleTrainer(Trainer):
                 metrics[f"acc_aligned_{j}"] = float(correct[at].float().mean()) if at.any() else 0.0
         metrics["loss"] = float(total.detach())
         return total, metrics
+
+
+def unrolled_masks(t: int, j: int, device: torch.device) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """The training-time test's attention at unrolled step j >= 2 over T positions ([1, 1, T, T] bool each): the query
+    at i stands for the j-th draft of a step whose first draft came from i-(j-1), so it sees step 1's keys (the true
+    features') at positions <= i-(j-1), step s's (1 < s < j) at i-(j-s) only, and its own at i: what the cache holds
+    for that draft at inference. Returns (steps 1..j-1's masks, its own)."""
+    pos = torch.arange(t, device=device)
+    q, k = pos[:, None], pos[None, :]
+    earlier = [k <= q - (j - 1)] + [k == q - (j - s) for s in range(2, j)]
+    return [m[None, None] for m in earlier], (k == q)[None, None]
 
 
 def _raise_if_bad_draft_vocab(size: Any, vocab: int) -> None:

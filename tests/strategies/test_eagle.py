@@ -21,9 +21,11 @@ from specbench.verify import SamplingParams, Verdict, Verifier, rejection_sample
 CPU = torch.device("cpu")
 
 
-def _head_checkpoint(model, path, fuse_layers=None, seed=0):
+def _head_checkpoint(model, path, fuse_layers=None, seed=0, num_layers=1):
     torch.manual_seed(seed)
-    head = EagleHead(EagleConfig.for_target(model.model.config, fuse_layers, "test"), model.model)
+    cfg = EagleConfig.for_target(model.model.config, fuse_layers, "test")
+    cfg.num_layers = num_layers
+    head = EagleHead(cfg, model.model)
     head.save(path)
     return str(path)
 
@@ -131,23 +133,34 @@ def test_feature_alignment(llama, tmp_path, fuse_layers):
                     torch.testing.assert_close(feature[b, j], ref[i], atol=2e-4, rtol=2e-4)
 
 
-def test_prepare_inference_drafts_as_the_separate_projections(llama, tmp_path):
-    """prepare_inference (fused q/k/v and gate/up, the rotary from allocate's table) gives the separate projections'
-    output features on a cached pass; the fused copies stay out of parameters() and state_dict()."""
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_prepare_inference_drafts_as_the_separate_projections(llama, tmp_path, num_layers):
+    """prepare_inference (each layer's fused q/k/v and gate/up, the rotary from allocate's table) gives the separate
+    projections' output features on a cached pass; the fused copies stay out of parameters() and state_dict()."""
     torch.manual_seed(1)
-    head = EagleHead(EagleConfig.for_target(llama.model.config, None, "test"), llama.model)
+    cfg = EagleConfig.for_target(llama.model.config, None, "test")
+    cfg.num_layers = num_layers
+    head = EagleHead(cfg, llama.model)
+    layers = head.decoder_layers()
+    assert len(layers) == num_layers
     keys, params = set(head.state_dict()), len(list(head.parameters()))
-    q_weight = head.q_proj.weight.detach().clone()
+    q_weights = [layer.q_proj.weight.detach().clone() for layer in layers]
     fused = head.prepare_inference()
+    assert len(fused) == num_layers
     assert set(head.state_dict()) == keys and len(list(head.parameters())) == params
-    assert fused["qkv"].weight.shape[0] == sum(m.out_features for m in (head.q_proj, head.k_proj, head.v_proj))
-    # no second copy: the separate projections are views of the fused weights, with their own values
-    assert head.q_proj.weight.untyped_storage().data_ptr() == fused["qkv"].weight.untyped_storage().data_ptr()
-    assert head.up_proj.weight.untyped_storage().data_ptr() == fused["gate_up"].weight.untyped_storage().data_ptr()
-    assert torch.equal(head.q_proj.weight, q_weight)
-    assert head.unfused_linears() == (head.q_proj, head.k_proj, head.v_proj, head.gate_proj, head.up_proj)
+    for layer, f, q_weight in zip(layers, fused, q_weights, strict=True):
+        assert f["qkv"].weight.shape[0] == sum(m.out_features for m in (layer.q_proj, layer.k_proj, layer.v_proj))
+        # no second copy: the separate projections are views of the fused weights, with their own values
+        assert layer.q_proj.weight.untyped_storage().data_ptr() == f["qkv"].weight.untyped_storage().data_ptr()
+        assert layer.up_proj.weight.untyped_storage().data_ptr() == f["gate_up"].weight.untyped_storage().data_ptr()
+        assert torch.equal(layer.q_proj.weight, q_weight)
+    assert head.unfused_linears() == tuple(lin for layer in layers for lin in (
+        layer.q_proj, layer.k_proj, layer.v_proj, layer.gate_proj, layer.up_proj))
     head.save(tmp_path / "saved")  # shared storage is copied out for safetensors
-    assert torch.equal(load_file(str(tmp_path / "saved" / "model.safetensors"))["q_proj.weight"], q_weight)
+    saved = load_file(str(tmp_path / "saved" / "model.safetensors"))
+    assert torch.equal(saved["q_proj.weight"], q_weights[0])
+    assert [torch.equal(saved[f"layers.{i}.q_proj.weight"], w) for i, w in enumerate(q_weights[1:])] == [True] * (
+        num_layers - 1)
     b, h = 2, llama.model.config.hidden_size
     head.allocate(b, 21, CPU, torch.float32)
     positions = torch.tensor([[3, 4, 5], [11, 12, 13]])
@@ -157,7 +170,8 @@ def test_prepare_inference_drafts_as_the_separate_projections(llama, tmp_path):
     feature, tokens = torch.randn(b, 3, h), torch.randint(0, 101, (b, 3))
     outs = {}
     for prepared in (False, True):
-        head.fused = (fused,) if prepared else ()
+        for layer, f in zip(layers, fused):
+            layer.fused = (f,) if prepared else ()
         with torch.inference_mode():
             outs[prepared] = head(feature, tokens, positions, use_cache=True, attn_len=16)
     torch.testing.assert_close(outs[True], outs[False], atol=1e-6, rtol=1e-5)
@@ -173,14 +187,16 @@ def _scripted_rule(draft_tokens, draft_probs, target_probs, u, e):
     return Verdict(accepted=accepted, next_token=sample_from(target_probs[rows, accepted], e))
 
 
-def test_cache_rollback_after_partial_acceptance(llama, tmp_path):
-    """After each catch-up, cache slots 0..L-2 equal a fresh head pass over the true (feature, token) pairs."""
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_cache_rollback_after_partial_acceptance(llama, tmp_path, num_layers):
+    """After each catch-up, every layer's cache slots 0..L-2 equal a fresh head pass over the true (feature, token)
+    pairs."""
     sampling = SamplingParams(temperature=1.0, seed=3)
     # float32 products only: with the head's float16 copies (cpu_half_weights, the default) the form of a 1..8-row
     # product is timed per process, so under load a cached pass could take float16 where the fresh pass of more rows
     # does not (a CI run on 2026-12-04 failed so: 6e-4 apart). That choice shapes proposals only; here the cache is.
-    proposer = EagleProposer(_ctx(llama, sampling), k=3, checkpoint=_head_checkpoint(llama, tmp_path),
-                             cpu_half_weights=False)
+    proposer = EagleProposer(_ctx(llama, sampling), k=3,
+                             checkpoint=_head_checkpoint(llama, tmp_path, num_layers=num_layers), cpu_half_weights=False)
     checked = []
     propose = proposer.propose
 
@@ -191,9 +207,10 @@ def test_cache_rollback_after_partial_acceptance(llama, tmp_path):
             pos = torch.arange(n)[None]
             feats = proposer.features[b : b + 1, :n]
             toks = state.tokens[b : b + 1, 1 : n + 1]
-            _, (k, v) = proposer.head(feats, toks, pos, return_kv=True)
-            torch.testing.assert_close(proposer.head.k_cache[b : b + 1, :, :n], k, atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(proposer.head.v_cache[b : b + 1, :, :n], v, atol=1e-5, rtol=1e-5)
+            _, kvs = proposer.head(feats, toks, pos, return_kv=True)
+            for layer, (k, v) in zip(proposer.head.decoder_layers(), kvs, strict=True):
+                torch.testing.assert_close(layer.k_cache[b : b + 1, :, :n], k, atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(layer.v_cache[b : b + 1, :, :n], v, atol=1e-5, rtol=1e-5)
         checked.append(draft)
         return draft
 
@@ -205,14 +222,15 @@ def test_cache_rollback_after_partial_acceptance(llama, tmp_path):
     assert len(checked) > 3 and 0 < sum(accepted) < sum(r.draft_tokens for r in rows)  # partial acceptance
 
 
-@pytest.mark.parametrize("arch,fuse", [("tiny-llama", None), ("tiny-qwen3", None), ("tiny-llama", [0, 1])])
-def test_lossless_greedy(arch, fuse, tmp_path):
+@pytest.mark.parametrize("arch,fuse,num_layers", [("tiny-llama", None, 1), ("tiny-qwen3", None, 1),
+                                                  ("tiny-llama", [0, 1], 1), ("tiny-qwen3", None, 3)])
+def test_lossless_greedy(arch, fuse, num_layers, tmp_path):
     """An untrained head: acceptance is low, the output is still the target's greedy decoding, token for token."""
     model = tiny(arch)
     prompts = _prompts(8)
     ref = [model.model.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False, eos_token_id=None,
                                 pad_token_id=0)[0, len(p):].tolist() for p in prompts]
-    ckpt = _head_checkpoint(model, tmp_path, fuse)
+    ckpt = _head_checkpoint(model, tmp_path, fuse, num_layers=num_layers)
     for k, bs in ((3, 1), (2, 4)):
         proposer = EagleProposer(_ctx(model), k=k, checkpoint=ckpt)
         engine = Engine(make_runner(model.model), proposer, Verifier(SamplingParams(), CPU), max_new_tokens=12,
@@ -220,7 +238,56 @@ def test_lossless_greedy(arch, fuse, tmp_path):
         rows = []
         for s in range(0, len(prompts), bs):
             rows += engine.generate(prompts[s : s + bs])[0]
-        assert [r.output_ids for r in rows] == ref, (arch, fuse, k, bs)
+        assert [r.output_ids for r in rows] == ref, (arch, fuse, num_layers, k, bs)
+
+
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_a_tree_frontier_in_scratch_slots_sees_its_ancestors_only_in_every_layer(llama, num_layers):
+    """A tree's nodes fed into scratch slots (slots, tree_path, as trees.py feeds them) give each node the output
+    feature of a cache-free pass over its own chain (the true pairs, then its ancestors): siblings and cousins stay
+    out of every layer's attention."""
+    torch.manual_seed(4)
+    cfg = EagleConfig.for_target(llama.model.config, None, "test")
+    cfg.num_layers = num_layers
+    head = EagleHead(cfg, llama.model).eval()
+    h, p = llama.model.config.hidden_size, 5  # true pairs 0..p; the tree's root is the pair at p
+    feature, tokens = torch.randn(1, p + 1, h), torch.randint(0, 101, (1, p + 1))
+    node_feature, node_token = torch.randn(1, 3, h), torch.randint(0, 101, (1, 3))  # a, b (children of the root), c (of a)
+    with torch.no_grad():
+        head.allocate(1, 32, CPU, torch.float32)
+        head(feature, tokens, torch.arange(p + 1)[None], use_cache=True)
+        ab = head(node_feature[:, :2], node_token[:, :2], torch.tensor([[p + 1, p + 1]]), use_cache=True,
+                  slots=torch.tensor([[20, 21]]), tree_path=torch.tensor([[[p, 20, 0], [p, 21, 0]]]))
+        c = head(node_feature[:, 2:], node_token[:, 2:], torch.tensor([[p + 2]]), use_cache=True,
+                 slots=torch.tensor([[22]]), tree_path=torch.tensor([[[p, 20, 22]]]))
+
+        def chain(*nodes):
+            f = torch.cat([feature] + [node_feature[:, n : n + 1] for n in nodes], dim=1)
+            t = torch.cat([tokens] + [node_token[:, n : n + 1] for n in nodes], dim=1)
+            return head(f, t, torch.arange(f.shape[1])[None])[:, -1]
+
+        torch.testing.assert_close(ab[:, 0], chain(0), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ab[:, 1], chain(1), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(c[:, 0], chain(0, 2), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("tree", [dict(tree="dynamic", top_k=3, num_nodes=7), dict(tree="topk", top_k=2)])
+def test_a_deeper_heads_trees_decode_losslessly(tree, tmp_path):
+    """A head of 2 layers drafting a tree: every layer's scratch slots see their ancestors' entries only, and T = 0
+    output equals target-only decoding at batch 1 and a ragged batch 3."""
+    model = tiny("tiny-qwen3")
+    prompts = _prompts(6)
+    ref = [model.model.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False, eos_token_id=None,
+                                pad_token_id=0)[0, len(p):].tolist() for p in prompts]
+    ckpt = _head_checkpoint(model, tmp_path, num_layers=2)
+    for bs in (1, 3):
+        proposer = EagleProposer(_ctx(model), k=3, checkpoint=ckpt, **tree)
+        engine = Engine(make_runner(model.model), proposer, Verifier(SamplingParams(), CPU), max_new_tokens=12,
+                        eos_ids=set(), device=CPU)
+        rows = []
+        for s in range(0, len(prompts), bs):
+            rows += engine.generate(prompts[s : s + bs])[0]
+        assert [r.output_ids for r in rows] == ref, (tree, bs)
 
 
 @pytest.mark.slow

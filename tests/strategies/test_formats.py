@@ -511,12 +511,14 @@ def test_a_hub_id_resolves_to_its_snapshot(monkeypatch, llama, tmp_path):
 # -- export: our heads as speculators, loaded back bit-identically ------------------------------------------------------
 
 
-def _trained_like(model, path, fuse_layers=None):
+def _trained_like(model, path, fuse_layers=None, num_layers=1):
     """Our head with random (non-default) weights everywhere, saved in specbench's format."""
     from specbench.strategies.eagle import EagleConfig
 
     torch.manual_seed(7)
-    head = EagleHead(EagleConfig.for_target(model.model.config, fuse_layers, "tiny-llama"), model.model)
+    cfg = EagleConfig.for_target(model.model.config, fuse_layers, "tiny-llama")
+    cfg.num_layers = num_layers
+    head = EagleHead(cfg, model.model)
     with torch.no_grad():
         for p in head.parameters():
             p.add_(torch.randn_like(p) * 0.1)
@@ -565,3 +567,8 @@ def test_export_through_the_cli_keeps_every_tensor_and_refuses_what_has_no_specu
     assert "reduced vocabulary (draft_vocab_size=8192" in capsys.readouterr().err
     assert not (tmp_path / "shipped").exists()
     assert main(["medusa-smollm2-135m", str(tmp_path / "m")]) == 2  # speculators has no Medusa format
+    capsys.readouterr()
+    assert main([_trained_like(llama, tmp_path / "deeper", None, num_layers=2), str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert "one-layer EAGLE heads" in err and "num_layers=2" in err
+    assert not (tmp_path / "d").exists()

@@ -21,10 +21,10 @@ from specbench.errors import ConfigError
 from specbench.models.runner import make_runner
 from specbench.run import run
 from specbench.strategies.base import BuildContext
-from specbench.strategies.eagle import EagleProposer
+from specbench.strategies.eagle import EagleConfig, EagleHead, EagleProposer
 from specbench.strategies.medusa import MedusaProposer
 from specbench.train.data import DistillData, load_or_generate
-from specbench.train.drafters import DraftVocab, EagleTrainer, TokenLoss
+from specbench.train.drafters import DraftVocab, EagleTrainer, TokenLoss, unrolled_masks
 from specbench.train.loop import make_batch, split_by_prompt, train
 from specbench.verify import SamplingParams, Verifier
 
@@ -351,6 +351,62 @@ def test_validation_measures_every_heads_agreement_where_drafting_reaches_each_s
         assert metrics[f"acc_aligned_{j}"] == pytest.approx(float(correct[at].float().mean()))
 
 
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_the_training_time_tests_unrolled_steps_are_what_cached_drafting_computes(num_layers):
+    """Unrolled step j at position i (fed step j-1's output from i-1, attending through unrolled_masks) is the j-th
+    draft of a step that starts at i-(j-1): a cached head that caught up on the true pairs 0..i-(j-1) and then fed its
+    own outputs computes the same feature, in every layer. The masks of another step, or a layer reading another
+    layer's keys, fail this."""
+    target = tiny("tiny-llama")
+    torch.manual_seed(3)
+    cfg = EagleConfig.for_target(target.model.config, None, "tiny-llama")
+    cfg.num_layers = num_layers
+    head = EagleHead(cfg, target.model)
+    t, h, unroll = 9, target.model.config.hidden_size, 3
+    feature = torch.randn(1, t, h)
+    tokens = torch.randint(0, V, (1, t))
+    pos = torch.arange(t)[None]
+    with torch.no_grad():
+        outs, kvs = [], []
+        for j in range(1, unroll + 1):
+            if j == 1:
+                out, kv = head(feature, tokens, pos, return_kv=True)
+            else:
+                earlier, own = unrolled_masks(t, j, CPU)
+                fed = F.pad(outs[-1][:, :-1], (0, 0, 1, 0))
+                extra = [(kvs[s - 1], mask) for s, mask in enumerate(earlier, start=1)]
+                out, kv = head(fed, tokens, pos, extra_kv=extra, kv_mask=own, return_kv=True)
+            outs.append(out)
+            kvs.append(kv)
+        head.allocate(1, t + 2, CPU, torch.float32)
+        for start in range(t - unroll + 1):  # the step's first draft comes from the pair at `start`
+            out = head(feature[:, : start + 1], tokens[:, : start + 1], pos[:, : start + 1], use_cache=True)[:, -1:]
+            torch.testing.assert_close(out, outs[0][:, start : start + 1], atol=1e-5, rtol=1e-5)
+            for j in range(2, unroll + 1):
+                i = start + j - 1
+                out = head(out, tokens[:, i : i + 1], pos[:, i : i + 1], use_cache=True)
+                torch.testing.assert_close(out, outs[j - 1][:, i : i + 1], atol=1e-5, rtol=1e-5)
+
+
+def test_a_deeper_head_trains_saves_its_layers_and_decodes_losslessly(tmp_path, prompts_file):
+    """strategy.num_layers=2: a second decoder layer in config.json and the weights (layers.0.*); the CLI's
+    strategy=eagle builds it, and T=0 output equals target-only decoding."""
+    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.num_layers=2", "strategy.unroll=3",
+                      "train.steps=2"))
+    assert json.loads((ckpt / "config.json").read_text())["num_layers"] == 2
+    weights = load_file(str(ckpt / "model.safetensors"))
+    assert weights["layers.0.q_proj.weight"].shape == weights["q_proj.weight"].shape
+    assert "layers.0.input_layernorm.weight" in weights and not any(k.startswith("layers.1.") for k in weights)
+    _decodes_losslessly_through_run(ckpt, tmp_path)
+
+
+@pytest.mark.parametrize("layers", ["0", "-1", "1.5", "two", "true"])
+def test_a_bad_num_layers_is_a_config_error_before_any_data_is_made(tmp_path, prompts_file, layers):
+    with pytest.raises(ConfigError, match=r"strategy.num_layers=.*allowed: an integer >= 1"):
+        train(_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.num_layers={layers}"))
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_bad_aligned_unroll_value_is_a_config_error(tmp_path, prompts_file):
     with pytest.raises(ConfigError, match=r"strategy.aligned_unroll='yes'; allowed: true .* or false"):
         train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.aligned_unroll=yes"))
@@ -394,12 +450,7 @@ def test_eagle_with_a_draft_vocab_trains_saves_its_counts_resumes_and_decodes_lo
     assert json.loads((ckpt / "vocab_counts.json").read_text()) == saved
 
     # the CLI's path: strategy=eagle strategy.checkpoint=<dir>, T=0 output equal to target-only decoding
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        run_cfg = compose("config", overrides=[
-            "target=tiny-llama", "strategy=eagle", f"strategy.checkpoint={ckpt}", "strategy.k=3", "dataset=builtin",
-            "dataset.num_prompts=3", "max_new_tokens=8", "logger=none", "engine.warmup=false",
-            f"+output_dir={tmp_path / 'job'}"])
-    assert run(run_cfg).results["exact_match"]["all_equal"]
+    _decodes_losslessly_through_run(ckpt, tmp_path)
     # every draft is inside the draft vocabulary, sampled (T=1) or greedy (T=0, equal to transformers' greedy)
     allowed = set(expected.tolist())
     prompts = ragged_prompts(V, (5, 9, 3))
@@ -438,6 +489,17 @@ def test_a_draft_vocab_of_the_whole_vocabulary_loads_back(tmp_path, prompts_file
     assert [r.output_ids for r in rows] == hf_greedy(target.model, prompts, 6)
 
 
+def _decodes_losslessly_through_run(ckpt, tmp_path):
+    """The CLI's strategy=eagle job on the checkpoint: T=0 output equals target-only decoding on every prompt."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        run_cfg = compose("config", overrides=[
+            "target=tiny-llama", "strategy=eagle", f"strategy.checkpoint={ckpt}", "strategy.k=3", "dataset=builtin",
+            "dataset.num_prompts=3", "max_new_tokens=8", "logger=none", "engine.warmup=false",
+            f"+output_dir={tmp_path / 'job'}"])
+    result = run(run_cfg).results
+    assert result["exact_match"]["all_equal"] and result["strategy"]["acceptance_length"] >= 1
+
+
 def test_a_wider_head_mlp_trains_saves_its_width_and_decodes_losslessly(tmp_path, prompts_file):
     """strategy.intermediate_size: the head's MLP width, another than the target's, in config.json and the weights;
     the CLI's strategy=eagle builds the head from it, and T=0 output equals target-only decoding."""
@@ -449,13 +511,37 @@ def test_a_wider_head_mlp_trains_saves_its_width_and_decodes_losslessly(tmp_path
     weights = load_file(str(ckpt / "model.safetensors"))
     assert weights["gate_proj.weight"].shape == (width, H)
     assert weights["down_proj.weight"].shape == (H, width)
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        run_cfg = compose("config", overrides=[
-            "target=tiny-llama", "strategy=eagle", f"strategy.checkpoint={ckpt}", "strategy.k=3", "dataset=builtin",
-            "dataset.num_prompts=3", "max_new_tokens=8", "logger=none", "engine.warmup=false",
-            f"+output_dir={tmp_path / 'job'}"])
-    result = run(run_cfg).results
-    assert result["exact_match"]["all_equal"] and result["strategy"]["acceptance_length"] >= 1
+    _decodes_losslessly_through_run(ckpt, tmp_path)
+
+
+def test_a_head_on_the_targets_rows_trains_saves_no_lm_head_and_decodes_losslessly(tmp_path, prompts_file):
+    """strategy.draft_lm_head=target: the draft vocabulary's logits are the target's LM head rows at its ids, frozen and
+    left out of the checkpoint (d2t is in it); the CLI's strategy=eagle drafts through them and T=0 output equals
+    target-only decoding."""
+    n = 13
+    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.draft_vocab={n}",
+                      "strategy.draft_lm_head=target", "strategy.unroll=2", "train.steps=2"))
+    assert json.loads((ckpt / "config.json").read_text())["draft_lm_head"] == "target"
+    weights = load_file(str(ckpt / "model.safetensors"))
+    assert "draft_lm_head.weight" not in weights and weights["d2t"].shape == (n,)
+    target = tiny("tiny-llama")
+    proposer = EagleProposer(BuildContext(target=target, target_runner=make_runner(target.model), draft=None,
+                                          sampling=SamplingParams(), device=CPU), k=2, checkpoint=str(ckpt),
+                             cpu_half_weights=False)
+    head = proposer.head
+    ids = torch.arange(n) + weights["d2t"]
+    assert torch.equal(head.vocab_ids, ids)
+    out = torch.randn(3, H)
+    torch.testing.assert_close(head.draft_logits(out), out @ target.model.lm_head.weight[ids].T, atol=1e-5, rtol=1e-5)
+    _decodes_losslessly_through_run(ckpt, tmp_path)
+
+
+@pytest.mark.parametrize("opts", [("strategy.draft_lm_head=target",), ("strategy.draft_lm_head=mine",
+                                                                        "strategy.draft_vocab=11")])
+def test_a_bad_draft_lm_head_is_a_config_error_before_any_data_is_made(tmp_path, prompts_file, opts):
+    with pytest.raises(ConfigError, match=r"strategy.draft_lm_head=.*allowed: own .* or target .*needs strategy.draft_vocab"):
+        train(_cfg(tmp_path, prompts_file, "strategy=eagle", *opts))
+    assert not (tmp_path / "data").exists()
 
 
 @pytest.mark.parametrize("size", ["0", "-3", "2.5", "ten", "true"])
@@ -591,6 +677,36 @@ def test_an_eagle_fine_tune_starts_from_the_checkpoints_weights_and_vocabulary(t
     tuned = train(_cfg(tmp_path / "c", prompts_file, *opts, f"strategy.init_from={start}", "train.steps=1"))
     moved = load_file(str(tuned / "model.safetensors"))
     assert not torch.equal(moved["fc.weight"], before["fc.weight"]) and torch.equal(moved["d2t"], before["d2t"])
+
+
+def test_a_fine_tune_grows_a_head_to_more_layers_starting_as_its_function(tmp_path, prompts_file):
+    """strategy.init_from with a larger strategy.num_layers: the checkpoint's weights as they were, the new layer's
+    o_proj and down_proj zero, so at a learning rate of 0 the grown head computes the checkpoint's output features; a
+    head of fewer layers than its checkpoint is refused."""
+    opts = ("strategy=eagle", "strategy.draft_vocab=11", "strategy.unroll=2")
+    start = train(_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=2"))
+    grown = train(_cfg(tmp_path / "b", prompts_file, *opts, "strategy.num_layers=3", f"strategy.init_from={start}",
+                       "train.steps=1", "train.lr=0"))
+    before, after = load_file(str(start / "model.safetensors")), load_file(str(grown / "model.safetensors"))
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert {k.split(".")[1] for k in after if k.startswith("layers.")} == {"0", "1"}
+    assert all(not after[f"layers.{i}.{p}.weight"].any() for i in (0, 1) for p in ("o_proj", "down_proj"))
+    assert after["layers.1.q_proj.weight"].any()  # the rest of a new layer is drawn as a fresh head's
+    target = tiny("tiny-llama")
+    heads = []
+    for ckpt in (start, grown):
+        proposer = EagleProposer(BuildContext(target=target, target_runner=make_runner(target.model), draft=None,
+                                              sampling=SamplingParams(), device=CPU), k=2, checkpoint=str(ckpt),
+                                 cpu_half_weights=False)
+        heads.append(proposer.head)
+    assert len(heads[1].decoder_layers()) == 3
+    g = torch.Generator().manual_seed(2)
+    feature, tokens = torch.randn(2, 5, H, generator=g), torch.randint(0, V, (2, 5), generator=g)
+    with torch.no_grad():
+        outs = [head(feature, tokens, torch.arange(5).expand(2, 5)) for head in heads]
+    torch.testing.assert_close(outs[1], outs[0], atol=0, rtol=0)
+    with pytest.raises(ConfigError, match=r"its weights do not fit the head .*Unexpected key"):
+        train(_cfg(tmp_path / "c", prompts_file, *opts, f"strategy.init_from={grown}"))
 
 
 def test_a_fine_tune_from_a_missing_or_other_checkpoint_is_a_config_error(tmp_path, prompts_file):
