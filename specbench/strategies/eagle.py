@@ -88,6 +88,15 @@ class EagleConfig:
                    vocab_size=hf_config.vocab_size, fuse_layers=list(fuse_layers) if fuse_layers else None, target=target)
 
 
+def raise_if_layout_unknown(cfg: EagleConfig, where: str) -> None:
+    """A head's num_layers and draft_lm_head, checked where they are read (a checkpoint's config.json, before the
+    target loads) and where a head is built."""
+    if isinstance(cfg.num_layers, bool) or not isinstance(cfg.num_layers, int) or cfg.num_layers < 1:
+        raise ConfigError(f"{where}: num_layers={cfg.num_layers!r}; allowed: an integer >= 1")
+    if cfg.draft_lm_head not in ("own", "target"):
+        raise ConfigError(f"{where}: draft_lm_head={cfg.draft_lm_head!r}; allowed: 'own' or 'target'")
+
+
 def _rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     # transformers' LlamaRMSNorm: normalise in fp32, scale in x's dtype
     xf = x.float()
@@ -159,8 +168,7 @@ class EagleHead(nn.Module):
         _attention_and_mlp(self, cfg, 2 * h if cfg.eagle3_layer else h)  # EAGLE-3's attention reads [embedding; feature]
         self.layers = nn.ModuleList(_Layer(cfg) for _ in range(cfg.num_layers - 1))  # no state_dict keys for one layer
         self.norm = _RMSNorm(h, cfg.rms_norm_eps) if cfg.final_norm == "own" else None
-        if cfg.draft_lm_head not in ("own", "target"):
-            raise ConfigError(f"eagle config draft_lm_head={cfg.draft_lm_head!r}; allowed: 'own' or 'target'")
+        raise_if_layout_unknown(cfg, "eagle config")
         own_rows = bool(cfg.draft_vocab_size) and cfg.draft_lm_head == "own"
         self.draft_lm_head = nn.Linear(h, cfg.draft_vocab_size, bias=False) if own_rows else None
         if cfg.draft_vocab_size and cfg.draft_vocab_size != cfg.vocab_size:
@@ -178,6 +186,12 @@ class EagleHead(nn.Module):
     @property
     def lm_head(self) -> nn.Module:
         return self.draft_lm_head if self.draft_lm_head is not None else self.shared[3]
+
+    @property
+    def on_target_rows(self) -> bool:
+        """draft_lm_head=target with a reduced vocabulary: the draft logits use the target's LM head rows at the
+        draft ids (without d2t the target's whole LM head is the head's own lm_head already)."""
+        return self.draft_lm_head is None and self.d2t is not None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -203,7 +217,7 @@ class EagleHead(nn.Module):
         head = self.lm_head  # the target's own (held by reference) takes the target's CPU products
         if head is self.draft_lm_head:
             return head(out)
-        if self.cfg.draft_vocab_size and self.d2t is not None:  # draft_lm_head=target: its rows at the draft ids
+        if self.on_target_rows:
             return linear(out, self.target_rows(), None)
         return linear(out, head.weight, head.bias)
 
@@ -245,7 +259,7 @@ class EagleHead(nn.Module):
             layer.fused = (modules,)
             per_layer.append(modules)
         self.vocab_ids = self.target_ids()
-        if self.draft_lm_head is None and self.d2t is not None:
+        if self.on_target_rows:
             self.rows = self.shared[3].weight.detach()[self.vocab_ids].contiguous()
         return per_layer
 
@@ -381,7 +395,9 @@ def read_eagle_config(path: str | Path | None, target_layers: int | None = None)
     published = formats.detect(weights, config, str(path))
     if published is not None:
         return weights, formats.eagle_config(published, target_layers)
-    return weights, read_checkpoint_config(config, str(path), "eagle", EagleConfig)[1]
+    cfg = read_checkpoint_config(config, str(path), "eagle", EagleConfig)[1]
+    raise_if_layout_unknown(cfg, f"strategy.checkpoint={str(path)!r} ({config})")
+    return weights, cfg
 
 
 def raise_if_rope_differs(cfg: EagleConfig, tc: Any, path: str | Path, target_label: str) -> None:

@@ -101,3 +101,17 @@ def test_a_checkpoint_of_another_kind_is_an_error_naming_both_kinds(tmp_path):
     config.write_text('{"kind": "eagle", "hidden_size": 48}')
     with pytest.raises(ConfigError, match="holds an 'eagle' drafter, not a 'medusa' one; use strategy=eagle"):
         read_checkpoint_config(config, str(tmp_path), "medusa", MedusaConfig)
+
+
+@pytest.mark.parametrize("key,value,allowed", [("draft_lm_head", "mine", "'own' or 'target'"),
+                                               ("num_layers", 0, "an integer >= 1")])
+def test_an_eagle_config_json_with_an_unknown_layout_is_refused_before_any_model_loads(tmp_path, llama, key, value,
+                                                                                        allowed):
+    import json
+
+    _eagle(llama, tmp_path)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), key: value}))
+    with pytest.raises(ConfigError) as e:
+        EagleProposer.validate({"name": "eagle", "k": 2, "checkpoint": str(tmp_path)})
+    assert f"strategy.checkpoint={str(tmp_path)!r}" in str(e.value) and f"{key}={value!r}; allowed: {allowed}" in str(e.value)
