@@ -30,6 +30,7 @@ HEADS = [
     ("twice", "twice/h100-al/chain/0", "wide's recipe, 48,000 more of the target's own requests, the set in bfloat16"),
     ("ft aligned", "aligned-ft/h100-al/chain/1", "the shipped head + 1500 steps at 2e-4, aligned, the set in bfloat16"),
     ("ft plain", "aligned-ft/h100-al/chain/2", "the shipped head + 1500 steps at 2e-4, the set in bfloat16"),
+    ("ft grown to 2 layers", "deep/grow-ft/h100-al/chain/1", "the shipped head grown to 2 decoder layers + 1500 steps at 2e-4"),
 ]
 
 
