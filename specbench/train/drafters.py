@@ -370,7 +370,8 @@ class EagleTrainer(Trainer):
         kept = len(head.layers) - len(grown)
         if unexpected or any(not n.startswith("layers.") for n in missing) or grown != list(range(kept, len(head.layers))):
             raise RuntimeError(f"Missing key(s): {missing[:6]}; Unexpected key(s): {unexpected[:6]}")
-        if any(n.startswith(f"layers.{i}.") for i in grown for n in head.state_dict() if n not in missing):
+        loaded = set(head.state_dict()) - set(missing)
+        if any(n.startswith(f"layers.{i}.") for i in grown for n in loaded):
             raise RuntimeError(f"layers {grown} are partly in the checkpoint")
         with torch.no_grad():
             for i in grown:

@@ -500,6 +500,13 @@ def _decodes_losslessly_through_run(ckpt, tmp_path):
     assert result["exact_match"]["all_equal"] and result["strategy"]["acceptance_length"] >= 1
 
 
+def _inference_head(ckpt, target):
+    """The EagleHead that strategy=eagle builds from the checkpoint for the target (k=2, fp32 products)."""
+    ctx = BuildContext(target=target, target_runner=make_runner(target.model), draft=None, sampling=SamplingParams(),
+                       device=CPU)
+    return EagleProposer(ctx, k=2, checkpoint=str(ckpt), cpu_half_weights=False).head
+
+
 def test_a_wider_head_mlp_trains_saves_its_width_and_decodes_losslessly(tmp_path, prompts_file):
     """strategy.intermediate_size: the head's MLP width, another than the target's, in config.json and the weights;
     the CLI's strategy=eagle builds the head from it, and T=0 output equals target-only decoding."""
@@ -525,10 +532,7 @@ def test_a_head_on_the_targets_rows_trains_saves_no_lm_head_and_decodes_lossless
     weights = load_file(str(ckpt / "model.safetensors"))
     assert "draft_lm_head.weight" not in weights and weights["d2t"].shape == (n,)
     target = tiny("tiny-llama")
-    proposer = EagleProposer(BuildContext(target=target, target_runner=make_runner(target.model), draft=None,
-                                          sampling=SamplingParams(), device=CPU), k=2, checkpoint=str(ckpt),
-                             cpu_half_weights=False)
-    head = proposer.head
+    head = _inference_head(ckpt, target)
     ids = torch.arange(n) + weights["d2t"]
     assert torch.equal(head.vocab_ids, ids)
     out = torch.randn(3, H)
@@ -693,12 +697,7 @@ def test_a_fine_tune_grows_a_head_to_more_layers_starting_as_its_function(tmp_pa
     assert all(not after[f"layers.{i}.{p}.weight"].any() for i in (0, 1) for p in ("o_proj", "down_proj"))
     assert after["layers.1.q_proj.weight"].any()  # the rest of a new layer is drawn as a fresh head's
     target = tiny("tiny-llama")
-    heads = []
-    for ckpt in (start, grown):
-        proposer = EagleProposer(BuildContext(target=target, target_runner=make_runner(target.model), draft=None,
-                                              sampling=SamplingParams(), device=CPU), k=2, checkpoint=str(ckpt),
-                                 cpu_half_weights=False)
-        heads.append(proposer.head)
+    heads = [_inference_head(ckpt, target) for ckpt in (start, grown)]
     assert len(heads[1].decoder_layers()) == 3
     g = torch.Generator().manual_seed(2)
     feature, tokens = torch.randn(2, 5, H, generator=g), torch.randint(0, V, (2, 5), generator=g)
