@@ -88,12 +88,20 @@ class EagleConfig:
                    vocab_size=hf_config.vocab_size, fuse_layers=list(fuse_layers) if fuse_layers else None, target=target)
 
 
+DRAFT_LM_HEADS = ("own", "target")  # EagleConfig.draft_lm_head's values
+
+
+def is_layer_count(n: Any) -> bool:
+    """EagleConfig.num_layers's values: an integer >= 1 (not a bool)."""
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 1
+
+
 def raise_if_layout_unknown(cfg: EagleConfig, where: str) -> None:
     """A head's num_layers and draft_lm_head, checked where they are read (a checkpoint's config.json, before the
     target loads) and where a head is built."""
-    if isinstance(cfg.num_layers, bool) or not isinstance(cfg.num_layers, int) or cfg.num_layers < 1:
+    if not is_layer_count(cfg.num_layers):
         raise ConfigError(f"{where}: num_layers={cfg.num_layers!r}; allowed: an integer >= 1")
-    if cfg.draft_lm_head not in ("own", "target"):
+    if cfg.draft_lm_head not in DRAFT_LM_HEADS:
         raise ConfigError(f"{where}: draft_lm_head={cfg.draft_lm_head!r}; allowed: 'own' or 'target'")
 
 
@@ -155,6 +163,7 @@ class EagleHead(nn.Module):
 
     def __init__(self, cfg: EagleConfig, target_model: nn.Module) -> None:
         super().__init__()
+        raise_if_layout_unknown(cfg, "eagle config")
         self.cfg = cfg
         h = cfg.hidden_size
         base = target_model.model
@@ -168,7 +177,6 @@ class EagleHead(nn.Module):
         _attention_and_mlp(self, cfg, 2 * h if cfg.eagle3_layer else h)  # EAGLE-3's attention reads [embedding; feature]
         self.layers = nn.ModuleList(_Layer(cfg) for _ in range(cfg.num_layers - 1))  # no state_dict keys for one layer
         self.norm = _RMSNorm(h, cfg.rms_norm_eps) if cfg.final_norm == "own" else None
-        raise_if_layout_unknown(cfg, "eagle config")
         own_rows = bool(cfg.draft_vocab_size) and cfg.draft_lm_head == "own"
         self.draft_lm_head = nn.Linear(h, cfg.draft_vocab_size, bias=False) if own_rows else None
         if cfg.draft_vocab_size and cfg.draft_vocab_size != cfg.vocab_size:
@@ -260,7 +268,7 @@ class EagleHead(nn.Module):
             per_layer.append(modules)
         self.vocab_ids = self.target_ids()
         if self.on_target_rows:
-            self.rows = self.shared[3].weight.detach()[self.vocab_ids].contiguous()
+            self.rows = self.target_rows().detach().contiguous()
         return per_layer
 
     def unfused_linears(self) -> tuple[nn.Linear, ...]:

@@ -34,7 +34,7 @@ from torch import nn
 from specbench.errors import ConfigError, read_json_object
 from specbench.models.loading import LoadedModel
 from specbench.strategies.checkpoints import read_weights
-from specbench.strategies.eagle import EagleConfig, EagleHead
+from specbench.strategies.eagle import DRAFT_LM_HEADS, EagleConfig, EagleHead, is_layer_count
 from specbench.strategies.medusa import MedusaConfig, MedusaHeads
 from specbench.train.data import DistillData
 
@@ -308,11 +308,11 @@ class EagleTrainer(Trainer):
                 raise ConfigError(f"strategy.intermediate_size={intermediate_size!r}; allowed: null (the target's, "
                                   f"{cfg.intermediate_size}) or an integer >= 1: the width of the head's MLP")
             cfg.intermediate_size = intermediate_size
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+        if not is_layer_count(num_layers):
             raise ConfigError(f"strategy.num_layers={num_layers!r}; allowed: an integer >= 1, the head's decoder layers "
                               f"(1 as EAGLE publishes it)")
         cfg.num_layers = num_layers
-        if draft_lm_head not in ("own", "target") or (draft_lm_head == "target" and not draft_vocab):
+        if draft_lm_head not in DRAFT_LM_HEADS or (draft_lm_head == "target" and not draft_vocab):
             raise ConfigError(f"strategy.draft_lm_head={draft_lm_head!r} with strategy.draft_vocab={draft_vocab!r}; "
                               f"allowed: own (the draft vocabulary's own LM head, trained and saved) or target (the "
                               f"target's LM head rows at the draft ids, frozen and not saved; needs strategy.draft_vocab)")
