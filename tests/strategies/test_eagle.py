@@ -60,6 +60,14 @@ def test_head_shapes(llama, tmp_path):
     assert json.loads((tmp_path / "config.json").read_text())["fuse_layers"] == [0, 1]
 
 
+@pytest.mark.parametrize("key,value", [("num_layers", 2.5), ("num_layers", True), ("draft_lm_head", "mine")])
+def test_a_head_built_directly_refuses_an_unknown_layout_before_it_builds_a_layer(llama, key, value):
+    cfg = EagleConfig.for_target(llama.model.config, None, "test")
+    setattr(cfg, key, value)
+    with pytest.raises(ConfigError, match=f"eagle config: {key}={value!r}; allowed: "):
+        EagleHead(cfg, llama.model)
+
+
 def test_missing_checkpoint_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="needs strategy.checkpoint"):
         EagleProposer.validate({"name": "eagle", "k": 3, "checkpoint": None})
