@@ -172,8 +172,12 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device_name == "auto" else device_name)
     if c.get("threads"):
         torch.set_num_threads(int(c["threads"]))
-    seed = int(c.get("seed", 0))
-    torch.manual_seed(seed)
+    seed = int(c.get("seed", 0))  # the distillation set and its held-out split
+    train_seed = t.get("seed")  # the head's initial weights and the batches; null: `seed`
+    if train_seed is None:
+        train_seed = seed
+    require_int("train.seed", train_seed, low=0)
+    torch.manual_seed(train_seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(c)))
 
@@ -220,11 +224,11 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     recent: deque[dict[str, float]] = deque(maxlen=100)  # the last batches' metrics, for the closing table
     held_out: dict[str, float] = {}
     while step < min(steps, stop_after):
-        # batches are a function of (seed, step): a resumed run sees the same sequence of batches
+        # batches are a function of (train_seed, step): a resumed run sees the same sequence of batches
         epoch, within = divmod(step, per_epoch)
-        perm = torch.randperm(len(train_ids), generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
+        perm = torch.randperm(len(train_ids), generator=torch.Generator().manual_seed(train_seed * 100_003 + epoch)).tolist()
         idx = [train_ids[j] for j in perm[within * bsz : (within + 1) * bsz]]
-        g = torch.Generator(device=device).manual_seed(seed * 1_000_003 + step)
+        g = torch.Generator(device=device).manual_seed(train_seed * 1_000_003 + step)
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, lr, warmup, steps)
         loss, metrics = trainer.loss(make_batch(data, idx, device, with_layers), token_loss, positions, g)

@@ -562,6 +562,42 @@ def test_a_bad_draft_vocab_is_a_config_error_before_any_data_is_made(tmp_path, p
     assert not (tmp_path / "data").exists()
 
 
+def test_train_seed_changes_the_head_and_batches_not_the_set_or_its_held_out_sequences(tmp_path, prompts_file,
+                                                                                        monkeypatch):
+    """train.seed: null trains as the run's seed does, bit for bit; another value starts from other weights and
+    batches on the same cached set, validated on the same held-out sequences."""
+    import specbench.train.loop as loop
+
+    held_out, data = [], []
+
+    def recording_split(*args):
+        ids = loop_split(*args)
+        held_out.append(ids[1])
+        data.append(args[0])
+        return ids
+
+    loop_split = loop.split_by_prompt
+    monkeypatch.setattr(loop, "split_by_prompt", recording_split)
+
+    def run_with(name, *extra):
+        out = tmp_path / name
+        ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=3",
+                          f"output_dir={out}", "seed=3", *extra))
+        return load_file(str(ckpt / "model.safetensors"))
+
+    default = run_with("default")
+    shards = sorted((tmp_path / "data").glob("distill-*.shards/*.pt"))
+    stamps = [s.stat().st_mtime_ns for s in shards]
+    # another seed whose split would differ from seed 3's, so a split by train.seed would show below
+    other_seed = next(n for n in range(4, 40) if loop_split(data[0], 1, n)[1] != held_out[0])
+    same, other = run_with("same", "train.seed=3"), run_with("other", f"train.seed={other_seed}")
+    assert default.keys() == same.keys() == other.keys()
+    assert all(torch.equal(default[k], same[k]) for k in default)
+    assert not all(torch.equal(default[k], other[k]) for k in default)
+    assert [s.stat().st_mtime_ns for s in shards] == stamps  # one set, made once and read by all three
+    assert len(held_out) == 3 and held_out[0] == held_out[1] == held_out[2] and held_out[0]
+
+
 @pytest.mark.parametrize("override, match", [
     ("data.samples=0", r"data.samples=0; allowed: an integer >= 1"),
     ("data.max_new_tokens=-2", r"data.max_new_tokens=-2; allowed: an integer >= 1"),
@@ -571,6 +607,8 @@ def test_a_bad_draft_vocab_is_a_config_error_before_any_data_is_made(tmp_path, p
     ("data.path=/nowhere/p.jsonl", r"data.path='/nowhere/p.jsonl' does not exist"),
     ("train.steps=0", r"train.steps=0; allowed: an integer >= 1"),
     ("train.batch_size=0", r"train.batch_size=0; allowed: an integer >= 1"),
+    ("train.seed=-1", r"train.seed=-1; allowed: an integer >= 0"),
+    ("train.seed=1.5", r"train.seed=1.5; allowed: an integer >= 0"),
 ])
 def test_bad_data_and_train_settings_are_config_errors_before_the_target_loads(tmp_path, prompts_file, monkeypatch,
                                                                                override, match):
