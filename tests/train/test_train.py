@@ -598,6 +598,25 @@ def test_train_seed_changes_the_head_and_batches_not_the_set_or_its_held_out_seq
     assert len(held_out) == 3 and held_out[0] == held_out[1] == held_out[2] and held_out[0]
 
 
+def test_a_sweep_of_train_seeds_through_the_cli_keeps_each_jobs_checkpoint(tmp_path, prompts_file):
+    """`python -m specbench.train -m ... train.seed=1,2` without output_dir: each job trains into its own sweep
+    folder (the default output_dir would hold only the last job's checkpoint)."""
+    import subprocess
+    import sys
+
+    sweep = tmp_path / "sweep"
+    args = ["target=tiny-llama", "logger=none", "strategy=eagle", "strategy.unroll=2", f"data.cache_dir={tmp_path / 'data'}",
+            f"data.path={prompts_file}", "data.num_prompts=6", "data.max_new_tokens=6", "data.batch_size=4",
+            "train.batch_size=2", "train.steps=2", "train.save_every=2", "train.val_sequences=1", "device=cpu",
+            "train.seed=1,2", f"hydra.sweep.dir={sweep}"]
+    done = subprocess.run([sys.executable, "-m", "specbench.train", "-m", *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    heads = [load_file(str(sweep / job / "checkpoint" / "model.safetensors")) for job in ("0", "1")]
+    assert not all(torch.equal(heads[0][k], heads[1][k]) for k in heads[0])
+    assert not (tmp_path / "outputs" / "train" / "eagle-tiny-llama").exists()
+
+
 @pytest.mark.parametrize("override, match", [
     ("data.samples=0", r"data.samples=0; allowed: an integer >= 1"),
     ("data.max_new_tokens=-2", r"data.max_new_tokens=-2; allowed: an integer >= 1"),
