@@ -249,9 +249,12 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
       runs=$(for v in $runs; do o=${v#*:}; echo "ft-${v%%:*}:$ft${o:+;$o}"; done)
       EVALS_STEPS=${FT_STEPS:-$((STEPS * 5 / 4))}  # 1500 on a GPU
     fi
+    # TRAIN_SEED=n (forty-sixth session): each run once more from other initial weights and batches (train.seed), on
+    # the same set and held-out sequences, named <run>-s<n>: a recipe's seed spread
     for v in $runs; do
       name=${v%%:*}
       o=${v#*:}
+      [ -n "${TRAIN_SEED:-}" ] && name=$name-s$TRAIN_SEED && o="${o:+$o;}train.seed=$TRAIN_SEED"
       py -m specbench.train $EV strategy.soft_labels=true train.steps=${EVALS_STEPS:-$((STEPS * 5))} \
           train.time_budget_s=${TRAIN_BUDGET_S:-360} data.time_budget_s=0 output_dir=$RUN/$name ${o//;/ } \
           | tee "$RUN/$name.log" | grep -v "train eagle:" | tail -8
