@@ -43,13 +43,18 @@ def prompts_file(tmp_path_factory):
     return str(path)
 
 
+def _overrides(tmp_path, prompts_file):
+    """A tiny run's settings as command-line overrides: the tiny random target, six prompts, batches of two."""
+    return ["target=tiny-llama", "logger=none", f"data.cache_dir={tmp_path / 'data'}", f"data.path={prompts_file}",
+            "data.num_prompts=6", "data.max_new_tokens=6", "data.batch_size=4", "train.batch_size=2",
+            "train.ce_vocab=40", "train.ce_positions=8", "train.save_every=2", "train.val_sequences=1",
+            "train.log_every=1"]
+
+
 def _cfg(tmp_path, prompts_file, *overrides):
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose("config", overrides=[
-            "target=tiny-llama", "logger=none", f"output_dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'data'}",
-            f"data.path={prompts_file}", "data.num_prompts=6", "data.max_new_tokens=6", "data.batch_size=4",
-            "train.batch_size=2", "train.ce_vocab=40", "train.ce_positions=8", "train.save_every=2",
-            "train.val_sequences=1", "train.log_every=1", *overrides])
+        return compose("config", overrides=[*_overrides(tmp_path, prompts_file), f"output_dir={tmp_path / 'run'}",
+                                            *overrides])
 
 
 def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file, capsys):
@@ -568,6 +573,7 @@ def test_train_seed_changes_the_head_and_batches_not_the_set_or_its_held_out_seq
     batches on the same cached set, validated on the same held-out sequences."""
     import specbench.train.loop as loop
 
+    loop_split = loop.split_by_prompt
     held_out, data = [], []
 
     def recording_split(*args):
@@ -576,7 +582,6 @@ def test_train_seed_changes_the_head_and_batches_not_the_set_or_its_held_out_seq
         data.append(args[0])
         return ids
 
-    loop_split = loop.split_by_prompt
     monkeypatch.setattr(loop, "split_by_prompt", recording_split)
 
     def run_with(name, *extra):
@@ -605,9 +610,7 @@ def test_a_sweep_of_train_seeds_through_the_cli_keeps_each_jobs_checkpoint(tmp_p
     import sys
 
     sweep = tmp_path / "sweep"
-    args = ["target=tiny-llama", "logger=none", "strategy=eagle", "strategy.unroll=2", f"data.cache_dir={tmp_path / 'data'}",
-            f"data.path={prompts_file}", "data.num_prompts=6", "data.max_new_tokens=6", "data.batch_size=4",
-            "train.batch_size=2", "train.steps=2", "train.save_every=2", "train.val_sequences=1", "device=cpu",
+    args = [*_overrides(tmp_path, prompts_file), "strategy=eagle", "strategy.unroll=2", "train.steps=2", "device=cpu",
             "train.seed=1,2", f"hydra.sweep.dir={sweep}"]
     done = subprocess.run([sys.executable, "-m", "specbench.train", "-m", *args], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300)
