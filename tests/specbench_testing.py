@@ -1,4 +1,5 @@
-"""Helpers shared by the tests: tiny random models built from a config, and perturbed drafts.
+"""Helpers shared by the tests: tiny random models built from a config, perturbed drafts, and a tiny training run's
+config.
 
 A plain module (not conftest.py): subdirectories have conftest.py files of their own, so
 `from conftest import ...` would pick whichever was imported first.
@@ -11,7 +12,9 @@ from typing import Any
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 
+from specbench.config import CONF_DIR
 from specbench.models.loading import LoadedModel, load_model, resolve_spec
 
 
@@ -309,3 +312,18 @@ def tp_forward_logits(runner: Any) -> list[torch.Tensor]:
         out.append(runner(seq.gather(1, positions), positions, attn_len=int(positions.max()) + 1).logits)
         lengths = lengths + t
     return out
+
+
+def train_overrides(tmp_path, prompts_file) -> list[str]:
+    """A tiny training run's settings as command-line overrides: the tiny random target, six prompts, batches of two."""
+    return ["target=tiny-llama", "logger=none", f"data.cache_dir={tmp_path / 'data'}", f"data.path={prompts_file}",
+            "data.num_prompts=6", "data.max_new_tokens=6", "data.batch_size=4", "train.batch_size=2",
+            "train.ce_vocab=40", "train.ce_positions=8", "train.save_every=2", "train.val_sequences=1",
+            "train.log_every=1"]
+
+
+def train_cfg(tmp_path, prompts_file, *overrides):
+    """The tiny run's config as `python -m specbench.train` composes it, into tmp_path/run; `overrides` come last."""
+    with initialize_config_dir(config_dir=str(CONF_DIR / "train"), version_base="1.3"):
+        return compose("config", overrides=[*train_overrides(tmp_path, prompts_file), f"output_dir={tmp_path / 'run'}",
+                                            *overrides])

@@ -4,7 +4,6 @@ EAGLE-3's reduced draft vocabulary (strategy.draft_vocab): how it is chosen, its
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +13,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from torch import nn
 
-from specbench_testing import hf_greedy, ragged_prompts, tiny
+from specbench_testing import hf_greedy, ragged_prompts, tiny, train_cfg, train_overrides
 from specbench.config import CONF_DIR
 from specbench.engine import Engine
 from specbench.errors import ConfigError
@@ -28,37 +27,8 @@ from specbench.train.drafters import DraftVocab, EagleTrainer, TokenLoss, unroll
 from specbench.train.loop import make_batch, split_by_prompt, train
 from specbench.verify import SamplingParams, Verifier
 
-CONF = str(CONF_DIR / "train")
-SPEC_BENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "spec_bench" / "question.jsonl"
-
-
-@pytest.fixture(scope="module")
-def prompts_file(tmp_path_factory):
-    """Six training prompts (Spec-Bench's non-MT-Bench rows when the file is here, else made up)."""
-    path = tmp_path_factory.mktemp("data") / "train.jsonl"
-    rows = [{"question_id": i, "category": "qa", "turns": [f"Question {i}: why is the sky blue? " * (i + 1)]}
-            for i in range(6)]
-    rows.append({"question_id": 99, "category": "writing", "turns": ["an MT-Bench category: excluded"]})
-    path.write_text("\n".join(json.dumps(r) for r in rows))
-    return str(path)
-
-
-def _overrides(tmp_path, prompts_file):
-    """A tiny run's settings as command-line overrides: the tiny random target, six prompts, batches of two."""
-    return ["target=tiny-llama", "logger=none", f"data.cache_dir={tmp_path / 'data'}", f"data.path={prompts_file}",
-            "data.num_prompts=6", "data.max_new_tokens=6", "data.batch_size=4", "train.batch_size=2",
-            "train.ce_vocab=40", "train.ce_positions=8", "train.save_every=2", "train.val_sequences=1",
-            "train.log_every=1"]
-
-
-def _cfg(tmp_path, prompts_file, *overrides):
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose("config", overrides=[*_overrides(tmp_path, prompts_file), f"output_dir={tmp_path / 'run'}",
-                                            *overrides])
-
-
 def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file, capsys):
-    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=2"))
+    ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=2"))
     run = tmp_path / "run"
     # the closing table: the last batches' mean beside the last validation's figures, as metrics.jsonl holds them
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -75,7 +45,7 @@ def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file, capsys):
     shards = sorted((tmp_path / "data").glob("distill-*.shards/*.pt"))
     assert len(shards) == 2  # 6 prompts in batches of 4, cached: a rerun does not regenerate
     stamps = [s.stat().st_mtime_ns for s in shards]
-    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=4", "resume=true"))
+    ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=4", "resume=true"))
     assert [s.stat().st_mtime_ns for s in shards] == stamps  # the resumed run read the shards, wrote none
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps[0] == 1 and max(steps) == 4 and 3 in steps  # the second run went on from step 2
@@ -92,7 +62,7 @@ def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file, capsys):
 
 
 def test_medusa_trains_and_loads(tmp_path, prompts_file):
-    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=medusa", "strategy.num_heads=3", "train.steps=2",
+    ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=medusa", "strategy.num_heads=3", "train.steps=2",
                       "save_dtype=float16"))
     target = tiny("tiny-llama")
     ctx = BuildContext(target=target, target_runner=make_runner(target.model), draft=None, sampling=SamplingParams(),
@@ -103,22 +73,22 @@ def test_medusa_trains_and_loads(tmp_path, prompts_file):
 def test_draft_model_trains_to_a_loadable_directory(tmp_path, prompts_file):
     from transformers import AutoModelForCausalLM
 
-    out = train(_cfg(tmp_path, prompts_file, "strategy=draft_model", "strategy.num_layers=1", "train.steps=2"))
+    out = train(train_cfg(tmp_path, prompts_file, "strategy=draft_model", "strategy.num_layers=1", "train.steps=2"))
     # what draft.path=<dir> loads (a real target also saves its tokenizer there; tiny ones have none)
     assert AutoModelForCausalLM.from_pretrained(out).config.num_hidden_layers == 1
 
 
 def test_resume_without_state_and_unknown_strategy_are_config_errors(tmp_path, prompts_file):
     with pytest.raises(ConfigError, match="resume=true"):
-        train(_cfg(tmp_path, prompts_file, "resume=true"))
-    cfg = _cfg(tmp_path, prompts_file)
+        train(train_cfg(tmp_path, prompts_file, "resume=true"))
+    cfg = train_cfg(tmp_path, prompts_file)
     cfg.strategy._target_ = "specbench.strategies.eagle.EagleProposer"
     with pytest.raises(ConfigError, match="no trainer"):
         train(cfg)
 
 
 def test_time_budgets_and_max_shards_cut_a_run_and_say_how_to_repeat_it(tmp_path, prompts_file, capsys):
-    cfg = _cfg(tmp_path, prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=5",
+    cfg = train_cfg(tmp_path, prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=5",
                "train.time_budget_s=0", "data.max_shards=1")
     ckpt = train(cfg)
     printed = capsys.readouterr().out
@@ -126,7 +96,7 @@ def test_time_budgets_and_max_shards_cut_a_run_and_say_how_to_repeat_it(tmp_path
     assert json.loads((tmp_path / "run" / "last" / "state.json").read_text())["step"] == 1
     assert (ckpt / "model.safetensors").exists()
     # a data budget of 0 makes no new shard: the one made above is all there is to train on
-    train(_cfg(tmp_path, prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=1",
+    train(train_cfg(tmp_path, prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=1",
                "data.time_budget_s=0", f"output_dir={tmp_path / 'run2'}"))
     assert "data.time_budget_s=0 reached after 1 of 2 shards" in capsys.readouterr().out
 
@@ -136,7 +106,7 @@ def test_shards_cut_at_another_batch_size_are_never_mixed_in(tmp_path, prompts_f
     holds every prompt once, since each batch size keeps its own shards (mixed, the second run would read the first
     run's two shards and make a third with two of their prompts again)."""
     target = tiny("tiny-llama")
-    data_cfg = OmegaConf.to_container(_cfg(tmp_path, prompts_file).data, resolve=True)
+    data_cfg = OmegaConf.to_container(train_cfg(tmp_path, prompts_file).data, resolve=True)
     prompts = []
     for rows in (4, 2, 4):
         data = load_or_generate(tmp_path / "data", target, "tiny-llama", {**data_cfg, "batch_size": rows}, (),
@@ -396,7 +366,7 @@ def test_the_training_time_tests_unrolled_steps_are_what_cached_drafting_compute
 def test_a_deeper_head_trains_saves_its_layers_and_decodes_losslessly(tmp_path, prompts_file):
     """strategy.num_layers=2: a second decoder layer in config.json and the weights (layers.0.*); the CLI's
     strategy=eagle builds it, and T=0 output equals target-only decoding."""
-    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.num_layers=2", "strategy.unroll=3",
+    ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.num_layers=2", "strategy.unroll=3",
                       "train.steps=2"))
     assert json.loads((ckpt / "config.json").read_text())["num_layers"] == 2
     weights = load_file(str(ckpt / "model.safetensors"))
@@ -408,13 +378,13 @@ def test_a_deeper_head_trains_saves_its_layers_and_decodes_losslessly(tmp_path, 
 @pytest.mark.parametrize("layers", ["0", "-1", "1.5", "two", "true"])
 def test_a_bad_num_layers_is_a_config_error_before_any_data_is_made(tmp_path, prompts_file, layers):
     with pytest.raises(ConfigError, match=r"strategy.num_layers=.*allowed: an integer >= 1"):
-        train(_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.num_layers={layers}"))
+        train(train_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.num_layers={layers}"))
     assert not (tmp_path / "data").exists()
 
 
 def test_a_bad_aligned_unroll_value_is_a_config_error(tmp_path, prompts_file):
     with pytest.raises(ConfigError, match=r"strategy.aligned_unroll='yes'; allowed: true .* or false"):
-        train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.aligned_unroll=yes"))
+        train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.aligned_unroll=yes"))
     assert not (tmp_path / "data").exists()
 
 
@@ -422,7 +392,7 @@ def test_eagle_with_a_draft_vocab_trains_saves_its_counts_resumes_and_decodes_lo
                                                                                       capsys, monkeypatch):
     n = 13
     opts = ("strategy=eagle", f"strategy.draft_vocab={n}", "strategy.unroll=2")
-    cfg = _cfg(tmp_path, prompts_file, *opts, "train.steps=2")
+    cfg = train_cfg(tmp_path, prompts_file, *opts, "train.steps=2")
     ckpt = train(cfg)
     assert "train.ce_vocab=40 is not used" in capsys.readouterr().out
     # the n most frequent top-1 ids of the training split, counted here another way
@@ -446,11 +416,11 @@ def test_eagle_with_a_draft_vocab_trains_saves_its_counts_resumes_and_decodes_lo
 
     # resume: the vocabulary is read back, never recounted; another size is refused
     with pytest.raises(ConfigError, match=f"draft_vocab=12, but .* trained with draft_vocab={n}"):
-        train(_cfg(tmp_path, prompts_file, *opts, "strategy.draft_vocab=12", "train.steps=4", "resume=true"))
+        train(train_cfg(tmp_path, prompts_file, *opts, "strategy.draft_vocab=12", "train.steps=4", "resume=true"))
     with pytest.raises(ConfigError, match=f"draft_vocab=None, but .* trained with draft_vocab={n}"):
-        train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=4", "resume=true"))
+        train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=4", "resume=true"))
     monkeypatch.setattr(DraftVocab, "count", classmethod(lambda *a: pytest.fail("recounted on resume")))
-    ckpt = train(_cfg(tmp_path, prompts_file, *opts, "train.steps=4", "resume=true"))
+    ckpt = train(train_cfg(tmp_path, prompts_file, *opts, "train.steps=4", "resume=true"))
     assert torch.equal(load_file(str(ckpt / "model.safetensors"))["d2t"], weights["d2t"])
     assert json.loads((ckpt / "vocab_counts.json").read_text()) == saved
 
@@ -479,7 +449,7 @@ def test_eagle_with_a_draft_vocab_trains_saves_its_counts_resumes_and_decodes_lo
 
 
 def test_a_draft_vocab_of_the_whole_vocabulary_loads_back(tmp_path, prompts_file):
-    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.draft_vocab={V}", "strategy.unroll=1",
+    ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.draft_vocab={V}", "strategy.unroll=1",
                       "train.steps=1"))
     assert json.loads((ckpt / "vocab_counts.json").read_text())["target_ids"] == list(range(V))
     assert "d2t" not in load_file(str(ckpt / "model.safetensors"))  # draft id == target id
@@ -517,7 +487,7 @@ def test_a_wider_head_mlp_trains_saves_its_width_and_decodes_losslessly(tmp_path
     the CLI's strategy=eagle builds the head from it, and T=0 output equals target-only decoding."""
     target = tiny("tiny-llama")
     width = target.model.config.intermediate_size * 2 + 3
-    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.intermediate_size={width}",
+    ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.intermediate_size={width}",
                       "strategy.unroll=2", "train.steps=2"))
     assert json.loads((ckpt / "config.json").read_text())["intermediate_size"] == width
     weights = load_file(str(ckpt / "model.safetensors"))
@@ -531,7 +501,7 @@ def test_a_head_on_the_targets_rows_trains_saves_no_lm_head_and_decodes_lossless
     left out of the checkpoint (d2t is in it); the CLI's strategy=eagle drafts through them and T=0 output equals
     target-only decoding."""
     n = 13
-    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.draft_vocab={n}",
+    ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.draft_vocab={n}",
                       "strategy.draft_lm_head=target", "strategy.unroll=2", "train.steps=2"))
     assert json.loads((ckpt / "config.json").read_text())["draft_lm_head"] == "target"
     weights = load_file(str(ckpt / "model.safetensors"))
@@ -549,21 +519,21 @@ def test_a_head_on_the_targets_rows_trains_saves_no_lm_head_and_decodes_lossless
                                                                         "strategy.draft_vocab=11")])
 def test_a_bad_draft_lm_head_is_a_config_error_before_any_data_is_made(tmp_path, prompts_file, opts):
     with pytest.raises(ConfigError, match=r"strategy.draft_lm_head=.*allowed: own .* or target .*needs strategy.draft_vocab"):
-        train(_cfg(tmp_path, prompts_file, "strategy=eagle", *opts))
+        train(train_cfg(tmp_path, prompts_file, "strategy=eagle", *opts))
     assert not (tmp_path / "data").exists()
 
 
 @pytest.mark.parametrize("size", ["0", "-3", "2.5", "ten", "true"])
 def test_a_bad_head_mlp_width_is_a_config_error_before_any_data_is_made(tmp_path, prompts_file, size):
     with pytest.raises(ConfigError, match=r"strategy.intermediate_size=.*allowed: null .* integer >= 1"):
-        train(_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.intermediate_size={size}"))
+        train(train_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.intermediate_size={size}"))
     assert not (tmp_path / "data").exists()
 
 
 @pytest.mark.parametrize("size", ["0", "-3", "102", "2.5", "ten", "true"])
 def test_a_bad_draft_vocab_is_a_config_error_before_any_data_is_made(tmp_path, prompts_file, size):
     with pytest.raises(ConfigError, match=r"strategy.draft_vocab=.*allowed: null .* integer 1\.\.101"):
-        train(_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.draft_vocab={size}"))
+        train(train_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.draft_vocab={size}"))
     assert not (tmp_path / "data").exists()
 
 
@@ -586,7 +556,7 @@ def test_train_seed_changes_the_head_and_batches_not_the_set_or_its_held_out_seq
 
     def run_with(name, *extra):
         out = tmp_path / name
-        ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=3",
+        ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=3",
                           f"output_dir={out}", "seed=3", *extra))
         return load_file(str(ckpt / "model.safetensors"))
 
@@ -610,7 +580,7 @@ def test_a_sweep_of_train_seeds_through_the_cli_keeps_each_jobs_checkpoint(tmp_p
     import sys
 
     sweep = tmp_path / "sweep"
-    args = [*_overrides(tmp_path, prompts_file), "strategy=eagle", "strategy.unroll=2", "train.steps=2", "device=cpu",
+    args = [*train_overrides(tmp_path, prompts_file), "strategy=eagle", "strategy.unroll=2", "train.steps=2", "device=cpu",
             "train.seed=1,2", f"hydra.sweep.dir={sweep}"]
     done = subprocess.run([sys.executable, "-m", "specbench.train", "-m", *args], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300)
@@ -641,7 +611,7 @@ def test_bad_data_and_train_settings_are_config_errors_before_the_target_loads(t
 
     monkeypatch.setattr(loop, "load_model", no_load)
     with pytest.raises(ConfigError, match=match):
-        train(_cfg(tmp_path, prompts_file, override))
+        train(train_cfg(tmp_path, prompts_file, override))
 
 
 def test_the_default_prompts_are_the_checkouts_sets_or_the_env_var(tmp_path, monkeypatch):
@@ -651,7 +621,7 @@ def test_the_default_prompts_are_the_checkouts_sets_or_the_env_var(tmp_path, mon
     from specbench.train.data import training_prompts
 
     monkeypatch.delenv("SPECBENCH_SPEC_BENCH", raising=False)
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR / "train"), version_base="1.3"):
         assert compose("config").data.path is None
     prompts = training_prompts(None)
     assert {p.id.split("/")[1] for p in prompts} == {"magpie_smollm2-135m.jsonl.gz", "python_stdlib.jsonl.gz"}
@@ -707,7 +677,7 @@ def test_eagle_soft_labels_are_the_targets_distribution_at_the_labels_position(t
         return real(self, lm_head, hidden, labels, soft)
 
     monkeypatch.setattr(TokenLoss, "__call__", record)
-    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=3", "strategy.soft_labels=true",
+    ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=3", "strategy.soft_labels=true",
                       "train.steps=2", *opts))
     assert (ckpt / "model.safetensors").exists()
     assert len(seen) >= 2 * 3  # every step of every unrolled position
@@ -721,24 +691,24 @@ def test_eagle_soft_labels_are_the_targets_distribution_at_the_labels_position(t
 
 def test_a_bad_soft_labels_value_is_a_config_error(tmp_path, prompts_file):
     with pytest.raises(ConfigError, match=r"strategy.soft_labels='yes'; allowed: true .* or false"):
-        train(_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.soft_labels=yes"))
+        train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.soft_labels=yes"))
     assert not (tmp_path / "data").exists()
 
 
 def test_an_eagle_fine_tune_starts_from_the_checkpoints_weights_and_vocabulary(tmp_path, prompts_file, monkeypatch):
     n = 11
     opts = ("strategy=eagle", f"strategy.draft_vocab={n}", "strategy.unroll=2")
-    start = train(_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=2"))
+    start = train(train_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=2"))
     before = load_file(str(start / "model.safetensors"))
     monkeypatch.setattr(DraftVocab, "count", classmethod(lambda *a: pytest.fail("recounted for a fine-tune")))
     # at a learning rate of 0 the fine-tune's head is the checkpoint it started from, bit for bit
-    tuned = train(_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={start}", "train.steps=1",
+    tuned = train(train_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={start}", "train.steps=1",
                        "train.lr=0"))
     after = load_file(str(tuned / "model.safetensors"))
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     assert (tuned / "vocab_counts.json").read_text() == (start / "vocab_counts.json").read_text()
     # and it trains from there
-    tuned = train(_cfg(tmp_path / "c", prompts_file, *opts, f"strategy.init_from={start}", "train.steps=1"))
+    tuned = train(train_cfg(tmp_path / "c", prompts_file, *opts, f"strategy.init_from={start}", "train.steps=1"))
     moved = load_file(str(tuned / "model.safetensors"))
     assert not torch.equal(moved["fc.weight"], before["fc.weight"]) and torch.equal(moved["d2t"], before["d2t"])
 
@@ -748,8 +718,8 @@ def test_a_fine_tune_grows_a_head_to_more_layers_starting_as_its_function(tmp_pa
     o_proj and down_proj zero, so at a learning rate of 0 the grown head computes the checkpoint's output features; a
     head of fewer layers than its checkpoint is refused."""
     opts = ("strategy=eagle", "strategy.draft_vocab=11", "strategy.unroll=2")
-    start = train(_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=2"))
-    grown = train(_cfg(tmp_path / "b", prompts_file, *opts, "strategy.num_layers=3", f"strategy.init_from={start}",
+    start = train(train_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=2"))
+    grown = train(train_cfg(tmp_path / "b", prompts_file, *opts, "strategy.num_layers=3", f"strategy.init_from={start}",
                        "train.steps=1", "train.lr=0"))
     before, after = load_file(str(start / "model.safetensors")), load_file(str(grown / "model.safetensors"))
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -765,37 +735,37 @@ def test_a_fine_tune_grows_a_head_to_more_layers_starting_as_its_function(tmp_pa
         outs = [head(feature, tokens, torch.arange(5).expand(2, 5)) for head in heads]
     torch.testing.assert_close(outs[1], outs[0], atol=0, rtol=0)
     with pytest.raises(ConfigError, match=r"its weights do not fit the head .*Unexpected key"):
-        train(_cfg(tmp_path / "c", prompts_file, *opts, f"strategy.init_from={grown}"))
+        train(train_cfg(tmp_path / "c", prompts_file, *opts, f"strategy.init_from={grown}"))
 
 
 def test_a_fine_tune_from_a_missing_or_other_checkpoint_is_a_config_error(tmp_path, prompts_file):
     opts = ("strategy=eagle", "strategy.draft_vocab=11", "strategy.unroll=2")
-    start = train(_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=1"))
+    start = train(train_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=1"))
     with pytest.raises(ConfigError, match=r"strategy.init_from='nowhere' holds no model.safetensors"):
-        train(_cfg(tmp_path / "b", prompts_file, *opts, "strategy.init_from=nowhere"))
+        train(train_cfg(tmp_path / "b", prompts_file, *opts, "strategy.init_from=nowhere"))
     with pytest.raises(ConfigError, match=r"strategy.init_from with strategy.draft_vocab=12, but .* draft_vocab=11"):
-        train(_cfg(tmp_path / "b", prompts_file, "strategy=eagle", "strategy.draft_vocab=12",
+        train(train_cfg(tmp_path / "b", prompts_file, "strategy=eagle", "strategy.draft_vocab=12",
                    f"strategy.init_from={start}"))
     with pytest.raises(ConfigError, match=r"its weights do not fit the head .*size mismatch"):
-        train(_cfg(tmp_path / "b", prompts_file, *opts, "strategy.intermediate_size=7", f"strategy.init_from={start}"))
+        train(train_cfg(tmp_path / "b", prompts_file, *opts, "strategy.intermediate_size=7", f"strategy.init_from={start}"))
     (start / "config.json").write_text("{not json")
     with pytest.raises(ConfigError, match=r"strategy.init_from=.* could not be read as JSON"):
-        train(_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={start}"))
-    medusa = train(_cfg(tmp_path / "m", prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=1"))
+        train(train_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={start}"))
+    medusa = train(train_cfg(tmp_path / "m", prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=1"))
     with pytest.raises(ConfigError, match=r"holds a drafter of kind 'medusa' .* allowed: one of kind 'eagle' trained"):
-        train(_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={medusa}"))
+        train(train_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={medusa}"))
 
 
 def test_a_medusa_fine_tune_starts_from_the_checkpoints_heads(tmp_path, prompts_file):
     opts = ("strategy=medusa", "strategy.num_heads=3")
-    start = train(_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=2"))
+    start = train(train_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=2"))
     before = load_file(str(start / "model.safetensors"))
-    tuned = train(_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={start}", "train.steps=1",
+    tuned = train(train_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={start}", "train.steps=1",
                        "train.lr=0"))
     after = load_file(str(tuned / "model.safetensors"))
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     with pytest.raises(ConfigError, match=r"its weights do not fit the head .*(Missing|Unexpected)"):
-        train(_cfg(tmp_path / "c", prompts_file, "strategy=medusa", "strategy.num_heads=2",
+        train(train_cfg(tmp_path / "c", prompts_file, "strategy=medusa", "strategy.num_heads=2",
                    f"strategy.init_from={start}"))
     with pytest.raises(ConfigError, match=r"holds no model.safetensors .* strategy=medusa"):
-        train(_cfg(tmp_path / "c", prompts_file, *opts, f"strategy.init_from={tmp_path}"))
+        train(train_cfg(tmp_path / "c", prompts_file, *opts, f"strategy.init_from={tmp_path}"))

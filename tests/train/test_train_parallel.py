@@ -6,10 +6,8 @@ import json
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
-from specbench_testing import hf_greedy, ragged_prompts, tiny
-from specbench.config import CONF_DIR
+from specbench_testing import hf_greedy, ragged_prompts, tiny, train_cfg
 from specbench.engine import Engine
 from specbench.errors import ConfigError
 from specbench.models.runner import make_runner
@@ -76,22 +74,6 @@ def test_bad_settings_are_config_errors(target, tmp_path):
             ParallelTrainer(target, "tiny-llama", (), **bad)
 
 
-def _cfg(tmp_path, prompts_file, *overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR / "train"), version_base="1.3"):
-        return compose("config", overrides=[
-            "target=tiny-llama", "logger=none", f"data.cache_dir={tmp_path / 'data'}", f"data.path={prompts_file}",
-            "data.num_prompts=6", "data.max_new_tokens=6", "data.batch_size=4", "train.batch_size=2",
-            "train.ce_vocab=40", "train.save_every=2", "train.val_sequences=1", "train.log_every=1", *overrides])
-
-
-@pytest.fixture(scope="module")
-def prompts_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "train.jsonl"
-    path.write_text("\n".join(json.dumps({"question_id": i, "category": "qa", "turns": [f"Question {i}: why? " * (i + 1)]})
-                              for i in range(6)))
-    return str(path)
-
-
 def _decodes_as_the_target(target, checkpoint: str, k: int) -> None:
     ctx = BuildContext(target=target, target_runner=make_runner(target.model), draft=None, sampling=SamplingParams(),
                        device=CPU)
@@ -104,15 +86,15 @@ def _decodes_as_the_target(target, checkpoint: str, k: int) -> None:
 
 
 def test_trains_from_the_target_or_a_draft_model_and_loads_into_the_strategy(target, tmp_path, prompts_file):
-    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=parallel", "strategy.num_layers=1", "strategy.k=3",
+    ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=parallel", "strategy.num_layers=1", "strategy.k=3",
                       "train.steps=2", f"output_dir={tmp_path / 'run'}", "save_dtype=float16"))
     config = json.loads((ckpt / "config.json").read_text())
     assert config["kind"] == "parallel" and config["k"] == 3 and config["shares_embeddings"] is True
     _decodes_as_the_target(target, str(ckpt), 3)
     # from a distilled draft model (its own embedding and LM head, so they are stored)
-    draft = train(_cfg(tmp_path, prompts_file, "strategy=draft_model", "strategy.num_layers=1", "train.steps=1",
+    draft = train(train_cfg(tmp_path, prompts_file, "strategy=draft_model", "strategy.num_layers=1", "train.steps=1",
                        f"output_dir={tmp_path / 'draft'}"))
-    ckpt = train(_cfg(tmp_path, prompts_file, "strategy=parallel", f"strategy.init_from={draft}", "strategy.k=2",
+    ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=parallel", f"strategy.init_from={draft}", "strategy.k=2",
                       "train.steps=1", f"output_dir={tmp_path / 'run2'}"))
     assert json.loads((ckpt / "config.json").read_text())["shares_embeddings"] is False
     _decodes_as_the_target(target, str(ckpt), 2)
