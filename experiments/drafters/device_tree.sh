@@ -82,7 +82,8 @@ case "${1:?usage: device_tree.sh stage|strip|restore|bg-data|wait-data}" in
     done
     mv experiments "$STASH/experiments"
     mkdir -p experiments/drafters
-    cp "$STASH/experiments/drafters/pipeline.sh" "$STASH/experiments/drafters/device_tree.sh" experiments/drafters/
+    cp "$STASH/experiments/drafters/pipeline.sh" "$STASH/experiments/drafters/device_tree.sh" \
+      "$STASH/experiments/drafters/train_speed.sh" experiments/drafters/
     cp -r "$STASH/experiments/drafters/prompts" experiments/drafters/
     cp -r "$STASH/experiments/gpu" experiments/  # 2.2 MB: the GPU suite can run from the stripped tree (bg-data beside it)
     du -sh --exclude=.git --exclude=.venv --exclude=.cache . ;;

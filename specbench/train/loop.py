@@ -17,6 +17,7 @@ import shutil
 import time
 from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,23 +45,89 @@ def _trainer_class(cfg: Mapping[str, Any]) -> type[Trainer]:
     return cls
 
 
-def make_batch(data: DistillData, idx: list[int], device: torch.device, with_layers: bool) -> Batch:
+def _stored_dtype(rows: list[torch.Tensor]) -> torch.dtype:
+    """The dtype these stored rows share (the set's: float16 or bfloat16), float32 when they differ."""
+    dtype = rows[0].dtype
+    return dtype if all(r.dtype == dtype for r in rows) else torch.float32
+
+
+def host_batch(data: DistillData, idx: list[int], with_layers: bool, pin: bool = False) -> Batch:
+    """The sequences `idx`, right-padded, on the host in the set's own dtypes (pinned for a GPU when `pin`);
+    `to_device` makes the features float32. Half the bytes of a float32 build, and no cast on the host: a batch of 32
+    sequences of 384 tokens with three layers holds 113 MB in float32 (27-133 ms to build on a 2-core CPU, 16-43 in
+    half precision)."""
     n = max(len(data.tokens[i]) for i in idx)
     bsz, h = len(idx), data.hidden[idx[0]].shape[-1]
-    tokens = torch.zeros((bsz, n), dtype=torch.long)
-    hidden = torch.zeros((bsz, n - 1, h))
-    top1 = torch.zeros((bsz, n - 1), dtype=torch.long)
-    layers = torch.zeros((bsz, n - 1, len(data.layers), h)) if with_layers and data.layers else None
+    tokens = torch.zeros((bsz, n), dtype=torch.long, pin_memory=pin)
+    hidden = torch.zeros((bsz, n - 1, h), dtype=_stored_dtype([data.hidden[i] for i in idx]), pin_memory=pin)
+    top1 = torch.zeros((bsz, n - 1), dtype=torch.long, pin_memory=pin)
+    layers = None
+    if with_layers and data.layers:
+        dtype = _stored_dtype([data.layer_hidden[i] for i in idx])
+        layers = torch.zeros((bsz, n - 1, len(data.layers), h), dtype=dtype, pin_memory=pin)
     for b, i in enumerate(idx):
         m = len(data.tokens[i])
         tokens[b, :m] = data.tokens[i]
-        hidden[b, : m - 1] = data.hidden[i].float()
+        hidden[b, : m - 1] = data.hidden[i]
         top1[b, : m - 1] = data.top1[i]
         if layers is not None:
-            layers[b, : m - 1] = data.layer_hidden[i].float()
-    lengths = torch.tensor([len(data.tokens[i]) for i in idx])
-    return Batch(tokens.to(device), lengths.to(device), hidden.to(device),
-                 None if layers is None else layers.to(device), top1.to(device))
+            layers[b, : m - 1] = data.layer_hidden[i]
+    lengths = torch.tensor([len(data.tokens[i]) for i in idx], pin_memory=pin)
+    return Batch(tokens, lengths, hidden, layers, top1)
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    """A host batch on `device` (copies from pinned memory do not block), its features cast to float32 there:
+    float16 and bfloat16 are exact in float32, so the values are those of a cast on the host."""
+    def put(x: torch.Tensor) -> torch.Tensor:
+        return x.to(device, non_blocking=True)
+
+    return Batch(put(batch.tokens), put(batch.lengths), put(batch.hidden).float(),
+                 None if batch.layer_hidden is None else put(batch.layer_hidden).float(), put(batch.top1))
+
+
+def make_batch(data: DistillData, idx: list[int], device: torch.device, with_layers: bool) -> Batch:
+    """The sequences `idx` as a training batch on `device`: tokens, lengths, float32 features, the target's top-1."""
+    return to_device(host_batch(data, idx, with_layers, pin=device.type == "cuda"), device)
+
+
+class Batches:
+    """The training batch of each step: the sequences are a function of (train_seed, step), so a resumed run sees
+    the same ones. With `ahead`, a worker thread builds the next step's batch on the host while the device works
+    on this one (torch's copies release the GIL); the batches, and so the weights, are the same either way."""
+
+    def __init__(self, data: DistillData, train_ids: list[int], batch_size: int, train_seed: int,
+                 device: torch.device, with_layers: bool, ahead: bool) -> None:
+        self.data, self.train_ids, self.bsz, self.train_seed = data, train_ids, batch_size, train_seed
+        self.device, self.with_layers = device, with_layers
+        self.per_epoch = max(1, len(train_ids) // batch_size)
+        self._order: tuple[int, list[int]] | None = None  # (epoch, its permutation of train_ids)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batches") if ahead else None
+        self._next: tuple[int, Future[Batch]] | None = None
+
+    def ids(self, step: int) -> list[int]:
+        epoch, within = divmod(step, self.per_epoch)
+        if self._order is None or self._order[0] != epoch:
+            g = torch.Generator().manual_seed(self.train_seed * 100_003 + epoch)
+            self._order = (epoch, torch.randperm(len(self.train_ids), generator=g).tolist())
+        return [self.train_ids[j] for j in self._order[1][within * self.bsz : (within + 1) * self.bsz]]
+
+    def _host(self, step: int) -> Batch:
+        return host_batch(self.data, self.ids(step), self.with_layers, pin=self.device.type == "cuda")
+
+    def __call__(self, step: int) -> Batch:
+        if self._pool is None:
+            return to_device(self._host(step), self.device)
+        if self._next is not None and self._next[0] == step:
+            batch = self._next[1].result()
+        else:
+            batch = self._host(step)
+        self._next = (step + 1, self._pool.submit(self._host, step + 1))  # ids() runs in one thread at a time
+        return to_device(batch, self.device)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def split_by_prompt(data: DistillData, val_sequences: int, seed: int) -> tuple[list[int], list[int]]:
@@ -177,6 +244,10 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     if train_seed is None:
         train_seed = seed
     require_int("train.seed", train_seed, low=0)
+    prefetch = t.get("prefetch", True)
+    if not isinstance(prefetch, bool):
+        raise ConfigError(f"train.prefetch={prefetch!r}; allowed: true (build the next batch in a thread while the "
+                          "device works on this one) or false")
     torch.manual_seed(train_seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(c)))
@@ -213,7 +284,8 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     bsz, positions = int(t.get("batch_size", 8)), int(t.get("ce_positions", 0))
     warmup, clip = int(t.get("warmup", 0)), float(t.get("grad_clip", 0) or 0)
     log_every, save_every = int(t.get("log_every", 10)), int(t.get("save_every", 100))
-    per_epoch = max(1, len(train_ids) // bsz)
+    batches = Batches(data, train_ids, bsz, train_seed, device, with_layers, prefetch)
+    per_epoch = batches.per_epoch
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # fp32 master weights and losses, TF32 matmuls
 
@@ -224,14 +296,10 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     recent: deque[dict[str, float]] = deque(maxlen=100)  # the last batches' metrics, for the closing table
     held_out: dict[str, float] = {}
     while step < min(steps, stop_after):
-        # batches are a function of (train_seed, step): a resumed run sees the same sequence of batches
-        epoch, within = divmod(step, per_epoch)
-        perm = torch.randperm(len(train_ids), generator=torch.Generator().manual_seed(train_seed * 100_003 + epoch)).tolist()
-        idx = [train_ids[j] for j in perm[within * bsz : (within + 1) * bsz]]
         g = torch.Generator(device=device).manual_seed(train_seed * 1_000_003 + step)
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, lr, warmup, steps)
-        loss, metrics = trainer.loss(make_batch(data, idx, device, with_layers), token_loss, positions, g)
+        loss, metrics = trainer.loss(batches(step), token_loss, positions, g)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if clip:
@@ -255,6 +323,7 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
                   f"train.steps={steps} train.stop_after={step}", flush=True)
             break
     bar.close()
+    batches.close()
 
     # 4) the checkpoint the strategy loads (optionally in a smaller dtype: the strategy casts to the target's)
     save_dtype = c.get("save_dtype")

@@ -601,6 +601,7 @@ def test_a_sweep_of_train_seeds_through_the_cli_keeps_each_jobs_checkpoint(tmp_p
     ("train.batch_size=0", r"train.batch_size=0; allowed: an integer >= 1"),
     ("train.seed=-1", r"train.seed=-1; allowed: an integer >= 0"),
     ("train.seed=1.5", r"train.seed=1.5; allowed: an integer >= 0"),
+    ("train.prefetch=2", r"train.prefetch=2; allowed: true .* or false"),
 ])
 def test_bad_data_and_train_settings_are_config_errors_before_the_target_loads(tmp_path, prompts_file, monkeypatch,
                                                                                override, match):

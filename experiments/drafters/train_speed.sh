@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Training steps a second through `python -m specbench.train`, the package before and after a change, in turns.
+# Run from the project root on a GPU machine (the pip line of ../shared/device/fetch-wheels.sh first, into /tmp/site):
+#   git archive <old commit> specbench conf ':!specbench/checkpoints' | tar -x -C .cache/gpu/old    # here, then
+#   [.whl, .cache/gpu/old]  ROUNDS=2 STEPS=300 bash experiments/drafters/train_speed.sh
+#   (on the CPU, a smoke run: DEV=cpu OLD=<dir> STEPS=6 TB=4 PROMPTS=16 DATA_BS=8 VAL=2 ROUNDS=1, in the venv)
+# The recipe is the 2-layer head's (pipeline.sh deep: unroll 3, soft labels, draft vocabulary 8192, batch 32, the
+# target's LM head rows) on smollm2-135m-random, the packaged target's architecture with random weights, so the
+# GGUF need not travel: the same shapes and the same work a step. Its set: the committed python_stdlib prompts, 128
+# new tokens each in bfloat16 (a random target rarely stops early, so each response is 128 tokens; the real
+# target's vary). Each round trains the old package, then the new with train.prefetch=false and =true, from the
+# same cached set; each prints its steps a second (the trainer's own "N steps, Xs this run") and its checkpoint's
+# sha256.
+set -euo pipefail
+G=$PWD/.cache/gpu
+RUN=${RUN:-$G/speed}
+OLD=${OLD:-$G/old}
+OUT=${OUT:-$RUN/out}
+mkdir -p "$RUN" "$OUT"
+export PYTHONPATH=/tmp/site:$PWD
+[ "${DEV:-cuda}" = cpu ] || [ -d /tmp/site/hydra ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl
+export PYTHONUNBUFFERED=1 SPECBENCH_CACHE=$RUN/cache
+DEV=${DEV:-cuda}
+COMMON="target=smollm2-135m-random device=$DEV logger=none seed=0 strategy=eagle strategy.unroll=3
+  strategy.soft_labels=true strategy.draft_vocab=8192 strategy.num_layers=2 strategy.draft_lm_head=target
+  train.batch_size=${TB:-32} train.lr=6e-4 train.warmup=100 train.steps=${STEPS:-300} train.ce_vocab=0
+  train.ce_positions=0 train.val_sequences=${VAL:-64} train.save_every=100000 save_dtype=float16
+  data.path=[$PWD/experiments/drafters/prompts/python_stdlib.jsonl.gz] data.num_prompts=${PROMPTS:-1500}
+  data.max_prompt_tokens=512 data.max_new_tokens=128 data.batch_size=${DATA_BS:-384} data.dtype=bfloat16
+  data.cache_dir=$RUN/distill"
+[ "$DEV" = cuda ] && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+# the set, once (both packages read the same shards: the set's settings did not change)
+python3 -m specbench.train $COMMON train.stop_after=1 output_dir=$RUN/data 2>&1 \
+  | tr '\r' '\n' | grep -E "^distillation" | tail -2
+one() {  # name, package root (run from there: `python -m` reads the working directory first), extra overrides
+  local name=$1 root=$2; shift 2
+  (cd "$root" && PYTHONPATH=/tmp/site:$root python3 -m specbench.train $COMMON output_dir=$RUN/$name "$@") \
+    > "$RUN/$name.log" 2>&1
+  # the trainer's own clock: elapsed_s at the last step it logged (training only; the held-out pass comes after)
+  python3 - "$RUN/$name" "$name" <<'PY'
+import hashlib, json, sys
+from pathlib import Path
+run, name = Path(sys.argv[1]), sys.argv[2]
+row = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "elapsed_s" in r][-1]
+sha = hashlib.sha256((run / "checkpoint" / "model.safetensors").read_bytes()).hexdigest()[:16]
+print(f"{name}: {row['step']} steps in {row['elapsed_s']:.1f} s = {row['step'] / row['elapsed_s']:.2f} steps/s; "
+      f"checkpoint sha256 {sha}")
+PY
+}
+for r in $(seq "${ROUNDS:-2}"); do
+  one "old-r$r" "$OLD"
+  one "new-noprefetch-r$r" "$PWD" train.prefetch=false
+  one "new-prefetch-r$r" "$PWD" train.prefetch=true
+done | tee "$OUT/train_speed.txt"
