@@ -83,7 +83,7 @@ case "${1:?usage: device_tree.sh stage|strip|restore|bg-data|wait-data}" in
     mv experiments "$STASH/experiments"
     mkdir -p experiments/drafters
     cp "$STASH/experiments/drafters/pipeline.sh" "$STASH/experiments/drafters/device_tree.sh" \
-      "$STASH/experiments/drafters/train_speed.sh" experiments/drafters/
+      "$STASH/experiments/drafters/train_speed.sh" "$STASH/experiments/drafters/profile_train.py" experiments/drafters/
     cp -r "$STASH/experiments/drafters/prompts" experiments/drafters/
     cp -r "$STASH/experiments/gpu" experiments/  # 2.2 MB: the GPU suite can run from the stripped tree (bg-data beside it)
     du -sh --exclude=.git --exclude=.venv --exclude=.cache . ;;

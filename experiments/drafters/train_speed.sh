@@ -3,14 +3,15 @@
 # Run from the project root on a GPU machine (the pip line of ../shared/device/fetch-wheels.sh first, into /tmp/site):
 #   git archive <old commit> specbench conf ':!specbench/checkpoints' | tar -x -C .cache/gpu/old    # here, then
 #   [.whl, .cache/gpu/old]  ROUNDS=2 STEPS=300 bash experiments/drafters/train_speed.sh
-#   (on the CPU, a smoke run: DEV=cpu OLD=<dir> STEPS=6 TB=4 PROMPTS=16 DATA_BS=8 VAL=2 ROUNDS=1, in the venv)
+#   (on the CPU, a smoke run: DEV=cpu OLD=<dir> STEPS=6 TB=4 PROMPTS=16 DATA_BS=8 VAL=2 ROUNDS=1, in the venv;
+#   ROUNDS=0 PROFILE=1 profiles a step and times nothing)
 # The recipe is the 2-layer head's (pipeline.sh deep: unroll 3, soft labels, draft vocabulary 8192, batch 32, the
 # target's LM head rows) on smollm2-135m-random, the packaged target's architecture with random weights, so the
 # GGUF need not travel: the same shapes and the same work a step. Its set: the committed python_stdlib prompts, 128
 # new tokens each in bfloat16 (a random target rarely stops early, so each response is 128 tokens; the real
 # target's vary). Each round trains the old package, then the new with train.prefetch=false and =true, from the
-# same cached set; each prints its steps a second (the trainer's own "N steps, Xs this run") and its checkpoint's
-# sha256.
+# same cached set; each prints its steps a second (the trainer's own clock: metrics.jsonl's elapsed_s at the last
+# step, training only) and its checkpoint's sha256.
 set -euo pipefail
 G=$PWD/.cache/gpu
 RUN=${RUN:-$G/speed}
@@ -53,3 +54,9 @@ for r in $(seq "${ROUNDS:-2}"); do
   one "new-noprefetch-r$r" "$PWD" train.prefetch=false
   one "new-prefetch-r$r" "$PWD" train.prefetch=true
 done | tee "$OUT/train_speed.txt"
+# PROFILE=1: then where a step's time goes (experiments/drafters/profile_train.py: steps 10-14 of a 30-step run of
+# the new package with the same settings) into $OUT/prof-train (summary.txt, ops.txt, trace.json.gz)
+if [ "${PROFILE:-0}" = 1 ]; then
+  PROFILE_OUT=$OUT/prof-train python3 experiments/drafters/profile_train.py $COMMON train.steps=30 \
+    output_dir=$RUN/prof 2>&1 | tr '\r' '\n' | grep -v "^train eagle:" | tail -8
+fi

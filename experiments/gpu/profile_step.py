@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import atexit
 import collections
-import gzip
 import os
 import runpy
-import shutil
 import sys
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from profile_report import write_report  # experiments/gpu/, this script's folder (first on sys.path)
 from specbench import engine as engine_mod
 from specbench.strategies.none import TargetOnly
 
@@ -65,53 +64,8 @@ def generate(self, prompts, on_step=None, **kw):
 
 
 def _report(prof, timing, proposer: str) -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    events = prof.events()
-    kernels = sorted((e.time_range.start, e.time_range.end) for e in events
-                     if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
-    cpu_ops = sorted(((e.time_range.start, e.time_range.end, e.name) for e in events
-                      if e.device_type == torch.autograd.DeviceType.CPU), key=lambda x: x[0])
-    busy, gaps, cur_s, cur_e = 0.0, [], None, None
-    for s, e in kernels:
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                busy += cur_e - cur_s
-                gaps.append((cur_e, s))
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        busy += cur_e - cur_s
-    span = (kernels[-1][1] - kernels[0][0]) if kernels else 0.0
-    by_op: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
-    for gs, ge in gaps:  # the innermost CPU op running when the gap began (the host work the GPU waited on)
-        inner = None
-        for s, e, name in cpu_ops:
-            if s > gs:
-                break
-            if e >= gs and (inner is None or s >= inner[0]):
-                inner = (s, e, name)
-        key = inner[2] if inner else "(no CPU op)"
-        by_op[key][0] += 1
-        by_op[key][1] += ge - gs
-    lines = [f"profiled: {SIDE} side ({proposer}), timed batch {BATCH}",
-             f"kernels: {len(kernels)}; first kernel to last: {span / 1e3:.2f} ms; GPU busy {busy / 1e3:.2f} ms "
-             f"({100 * busy / span if span else 0:.1f}%), idle {(span - busy) / 1e3:.2f} ms in {len(gaps)} gaps",
-             f"gaps over 20 us: {sum(1 for s, e in gaps if e - s > 20)}, their total {sum(e - s for s, e in gaps if e - s > 20) / 1e3:.2f} ms",
-             f"engine's split of this batch: {timing}", "", "idle gaps by the CPU op running when each began:",
-             f"{'op':70} {'gaps':>6} {'total us':>10} {'mean us':>9}"]
-    for name, (n, tot) in sorted(by_op.items(), key=lambda kv: -kv[1][1])[:40]:
-        lines.append(f"{name[:70]:70} {n:6d} {tot:10.0f} {tot / n:9.1f}")
-    (OUT / "summary.txt").write_text("\n".join(lines) + "\n")
-    ka = prof.key_averages()
-    (OUT / "ops.txt").write_text(ka.table(sort_by="self_cuda_time_total", row_limit=40, max_name_column_width=70)
-                                 + "\n\n" + ka.table(sort_by="self_cpu_time_total", row_limit=40,
-                                                     max_name_column_width=70))
-    trace = OUT / "trace.json"
-    prof.export_chrome_trace(str(trace))
-    with open(trace, "rb") as src, gzip.open(str(trace) + ".gz", "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    trace.unlink()
+    header = [f"profiled: {SIDE} side ({proposer}), timed batch {BATCH}"]
+    lines = write_report(prof, OUT, header, [f"engine's split of this batch: {timing}"])
     print("\n".join(lines[:4]), file=sys.stderr)
 
 
