@@ -12,9 +12,7 @@ profiled span is whole steps. On a CPU it profiles the CPU alone (no idle-gap an
 
 from __future__ import annotations
 
-import atexit
 import os
-import runpy
 import sys
 import time
 from pathlib import Path
@@ -23,7 +21,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
-from profile_report import write_report  # noqa: E402 - experiments/gpu/profile_report.py
+from profile_report import run_module, write_report  # noqa: E402 - experiments/gpu/profile_report.py
 
 from specbench.train import loop  # noqa: E402
 
@@ -77,13 +75,6 @@ def _report(prof, wall: float, first: int, end: int) -> None:
     print("\n".join(lines[:5]), file=sys.stderr)
 
 
-def _said_nothing() -> None:
-    if not (OUT / "summary.txt").exists():
-        print(f"profile_train.py: nothing profiled: the run took {_state['calls']} steps, PROFILE_FROM + PROFILE_STEPS "
-              f"is {FROM + STEPS}", file=sys.stderr)
-
-
-atexit.register(_said_nothing)
 loop.Batches.__call__ = batches_call
-sys.argv = ["specbench.train", *sys.argv[1:]]
-runpy.run_module("specbench.train", run_name="__main__", alter_sys=True)
+run_module("specbench.train", OUT, lambda: f"profile_train.py: nothing profiled: the run took {_state['calls']} "
+                                          f"steps, PROFILE_FROM + PROFILE_STEPS is {FROM + STEPS}")

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import atexit
 import collections
 import gzip
+import runpy
 import shutil
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -64,3 +68,15 @@ def write_report(prof, out: Path, header: list[str], notes: list[str]) -> list[s
         shutil.copyfileobj(src, dst)
     trace.unlink()
     return lines
+
+
+def run_module(module: str, out: Path, nothing: Callable[[], str]) -> None:
+    """Runs `python -m <module> <this script's arguments>` in this process (with whatever the caller patched); at
+    exit, when out/summary.txt was not written, prints `nothing()` (why no profile was taken)."""
+    def said_nothing() -> None:
+        if not (out / "summary.txt").exists():
+            print(nothing(), file=sys.stderr)
+
+    atexit.register(said_nothing)
+    sys.argv = [module, *sys.argv[1:]]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)

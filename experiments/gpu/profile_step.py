@@ -15,17 +15,15 @@ The job's results and the CLI's table are as without the profiler, except that t
 
 from __future__ import annotations
 
-import atexit
 import collections
 import os
-import runpy
 import sys
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from profile_report import write_report  # experiments/gpu/, this script's folder (first on sys.path)
+from profile_report import run_module, write_report  # experiments/gpu/, this script's folder (first on sys.path)
 from specbench import engine as engine_mod
 from specbench.strategies.none import TargetOnly
 
@@ -69,13 +67,6 @@ def _report(prof, timing, proposer: str) -> None:
     print("\n".join(lines[:4]), file=sys.stderr)
 
 
-def _said_nothing() -> None:
-    if not (OUT / "summary.txt").exists():
-        print(f"profile_step.py: nothing profiled: the {SIDE} side ran {_seen[SIDE]} timed batches, PROFILE_BATCH is "
-              f"{BATCH}", file=sys.stderr)
-
-
-atexit.register(_said_nothing)
 engine_mod.Engine.generate = generate
-sys.argv = ["specbench", *sys.argv[1:]]
-runpy.run_module("specbench", run_name="__main__", alter_sys=True)
+run_module("specbench", OUT, lambda: f"profile_step.py: nothing profiled: the {SIDE} side ran {_seen[SIDE]} timed "
+                                    f"batches, PROFILE_BATCH is {BATCH}")
