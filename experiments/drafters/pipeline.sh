@@ -256,7 +256,8 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
       o=${v#*:}
       [ -n "${TRAIN_SEED:-}" ] && name=$name-s$TRAIN_SEED && o="${o:+$o;}train.seed=$TRAIN_SEED"
       # TRAIN_RESUME=1 (forty-seventh session): continue a run a call's limit cut, from its <run>/last (saved every
-      # train.save_every steps; the batches are a function of the step, so the rest of the run sees the same ones)
+      # train.save_every steps, and at the step under way if a SIGTERM reaches the trainer; the batches are a function
+      # of the step, so the rest of the run sees the same ones)
       tee=(tee); [ "${TRAIN_RESUME:-0}" = 1 ] && o="${o:+$o;}resume=true" && tee=(tee -a)
       py -m specbench.train $EV strategy.soft_labels=true train.steps=${EVALS_STEPS:-$((STEPS * 5))} \
           train.time_budget_s=${TRAIN_BUDGET_S:-360} data.time_budget_s=0 output_dir=$RUN/$name ${o//;/ } \

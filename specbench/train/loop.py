@@ -6,7 +6,8 @@
    back on resume); 3) train with AdamW, linear warmup then cosine decay, logging loss and per-position
    accuracy to metrics.jsonl and W&B (offline, under the output directory; logger=none disables it);
    4) every save_every steps write <output_dir>/last (weights, optimizer, step: `resume=true` continues
-   from it) and, at the end, the checkpoint (cfg.checkpoint, default <output_dir>/checkpoint).
+   from it) and, at the end, the checkpoint (cfg.checkpoint, default <output_dir>/checkpoint). SIGTERM (a
+   scheduler's time limit) stops training after the step under way, with its state in <output_dir>/last.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -178,6 +181,35 @@ def _lr_at(step: int, base: float, warmup: int, total: int) -> float:
     return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
+class _StopOnSigterm:
+    """SIGTERM during training (a scheduler's time limit or preemption, `timeout`, `kill`): the step under way
+    finishes, its state goes to <output_dir>/last, and the process exits with 128 + 15, so `resume=true` continues
+    from that step (the batches are a function of the step). Installed in the main thread only, where Python takes
+    signals; `restore` puts the previous handler back."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._take)
+
+    def _take(self, signum: int, frame: object) -> None:
+        self.signum = signum
+
+    def restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+    def exit(self, step: int, steps: int, last: Path) -> None:
+        try:
+            print(f"\nstopped by {signal.Signals(self.signum).name} after step {step} of {steps}; its state is in "
+                  f"{last}: resume=true continues from it", flush=True)
+        except (BrokenPipeError, OSError):  # whatever read our output went with the signal
+            pass
+        raise SystemExit(128 + int(self.signum))
+
+
 def _save_state(trainer: Trainer, opt: torch.optim.Optimizer, step: int, last: Path) -> None:
     tmp = last.with_name(last.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -295,35 +327,45 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     budget = t.get("time_budget_s")  # wall-clock cap on this run's training (the data has its own)
     recent: deque[dict[str, float]] = deque(maxlen=100)  # the last batches' metrics, for the closing table
     held_out: dict[str, float] = {}
-    while step < min(steps, stop_after):
-        g = torch.Generator(device=device).manual_seed(train_seed * 1_000_003 + step)
-        for group in opt.param_groups:
-            group["lr"] = _lr_at(step, lr, warmup, steps)
-        loss, metrics = trainer.loss(batches(step), token_loss, positions, g)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip:
-            metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, clip))
-        opt.step()
-        step += 1
-        bar.update(1)
-        bar.set_postfix({k: f"{v:.3f}" for k, v in metrics.items() if k == "loss" or k.startswith("acc_")})
-        recent.append(metrics)
-        if step % log_every == 0 or step in (steps, stop_after):
-            log(step, {**metrics, "lr": opt.param_groups[0]["lr"], "epoch": step / per_epoch,
-                       "elapsed_s": time.perf_counter() - t0})
-        out_of_time = budget is not None and time.perf_counter() - t0 > float(budget) and step < min(steps, stop_after)
-        if step % save_every == 0 or step in (steps, stop_after) or out_of_time:
-            if val_ids:
-                held_out = _evaluate(trainer, data, val_ids, token_loss, device, with_layers, seed)
-                log(step, held_out)
-            _save_state(trainer, opt, step, last)
-        if out_of_time:
-            print(f"train.time_budget_s={budget} reached at step {step} of {steps}; the same weights again: "
-                  f"train.steps={steps} train.stop_after={step}", flush=True)
-            break
+    stop = _StopOnSigterm()
+    try:
+        while step < min(steps, stop_after):
+            g = torch.Generator(device=device).manual_seed(train_seed * 1_000_003 + step)
+            for group in opt.param_groups:
+                group["lr"] = _lr_at(step, lr, warmup, steps)
+            loss, metrics = trainer.loss(batches(step), token_loss, positions, g)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip:
+                metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, clip))
+            opt.step()
+            step += 1
+            recent.append(metrics)
+            if step % log_every == 0 or step in (steps, stop_after):
+                log(step, {**metrics, "lr": opt.param_groups[0]["lr"], "epoch": step / per_epoch,
+                           "elapsed_s": time.perf_counter() - t0})
+            if stop.signum is not None:  # before anything is printed: the pipe it prints to may be gone with it
+                _save_state(trainer, opt, step, last)
+                break
+            bar.update(1)
+            bar.set_postfix({k: f"{v:.3f}" for k, v in metrics.items() if k == "loss" or k.startswith("acc_")})
+            out_of_time = budget is not None and time.perf_counter() - t0 > float(budget) and step < min(steps, stop_after)
+            if step % save_every == 0 or step in (steps, stop_after) or out_of_time:
+                if val_ids:
+                    held_out = _evaluate(trainer, data, val_ids, token_loss, device, with_layers, seed)
+                    log(step, held_out)
+                _save_state(trainer, opt, step, last)
+            if out_of_time:
+                print(f"train.time_budget_s={budget} reached at step {step} of {steps}; the same weights again: "
+                      f"train.steps={steps} train.stop_after={step}", flush=True)
+                break
+    finally:
+        stop.restore()
     bar.close()
     batches.close()
+    if stop.signum is not None:
+        log.finish()
+        stop.exit(step, steps, last)
 
     # 4) the checkpoint the strategy loads (optionally in a smaller dtype: the strategy casts to the target's)
     save_dtype = c.get("save_dtype")

@@ -91,3 +91,37 @@ def test_training_with_and_without_prefetch_gives_the_same_weights(tmp_path, pro
 
     on, off = run("on", "true"), run("off", "false")
     assert on.keys() == off.keys() and all(torch.equal(on[k], off[k]) for k in on)
+
+
+def test_sigterm_saves_the_step_and_resume_ends_where_an_uninterrupted_run_does(tmp_path, prompts_file):
+    """SIGTERM mid-training (a scheduler's time limit): the process saves the finished step's state and exits with
+    143; resume=true then ends with the weights of a run never stopped, bit for bit (on the CPU)."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from specbench_testing import train_overrides
+
+    opts = ["strategy=eagle", "strategy.unroll=2", "train.steps=150", "train.save_every=100000", "device=cpu"]
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen([sys.executable, "-m", "specbench.train", *train_overrides(tmp_path, prompts_file), *opts,
+                             f"output_dir={cut}"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    metrics, deadline = cut / "metrics.jsonl", time.monotonic() + 240
+    while proc.poll() is None and time.monotonic() < deadline:  # the data first, then a few steps
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+            proc.send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.005)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    stopped = json.loads((cut / "last" / "state.json").read_text())["step"]
+    assert 3 <= stopped < 150 and f"stopped by SIGTERM after step {stopped} of 150" in out
+    assert not (cut / "checkpoint").exists()
+
+    resumed = train(train_cfg(tmp_path, prompts_file, *opts, f"output_dir={cut}", "resume=true"))
+    whole = train(train_cfg(tmp_path, prompts_file, *opts, f"output_dir={tmp_path / 'whole'}"))
+    a, b = load_file(str(resumed / "model.safetensors")), load_file(str(whole / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
