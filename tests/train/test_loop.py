@@ -3,10 +3,16 @@ values as a float32 build; built a step ahead in a thread, the same batches and 
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
+import time
+
 import torch
 from safetensors.torch import load_file
 
-from specbench_testing import train_cfg
+from specbench_testing import train_cfg, train_overrides
 from specbench.train.data import DistillData
 from specbench.train.loop import Batches, host_batch, make_batch, to_device, train
 
@@ -52,7 +58,7 @@ def test_a_half_precision_host_batch_cast_on_the_device_equals_a_float32_build()
         data = _data((7, 4, 9, 6), dtype)
         idx = [2, 0, 3]  # B=3, lengths 9, 7, 6: padded to 9
         host = host_batch(data, idx, with_layers=True)
-        assert host.hidden.dtype == dtype and host.layer_hidden.dtype == dtype  # a third of the host's bytes
+        assert host.hidden.dtype == dtype and host.layer_hidden.dtype == dtype  # half a float32 build's bytes
         _assert_batch(to_device(host, CPU), _float32_reference(data, idx))
         _assert_batch(make_batch(data, idx, CPU, True), _float32_reference(data, idx))
     assert make_batch(data, idx, CPU, False).layer_hidden is None
@@ -96,14 +102,6 @@ def test_training_with_and_without_prefetch_gives_the_same_weights(tmp_path, pro
 def test_sigterm_saves_the_step_and_resume_ends_where_an_uninterrupted_run_does(tmp_path, prompts_file):
     """SIGTERM mid-training (a scheduler's time limit): the process saves the finished step's state and exits with
     143; resume=true then ends with the weights of a run never stopped, bit for bit (on the CPU)."""
-    import json
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from specbench_testing import train_overrides
-
     opts = ["strategy=eagle", "strategy.unroll=2", "train.steps=150", "train.save_every=100000", "device=cpu"]
     cut = tmp_path / "cut"
     proc = subprocess.Popen([sys.executable, "-m", "specbench.train", *train_overrides(tmp_path, prompts_file), *opts,

@@ -45,7 +45,8 @@ def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file, capsys):
     shards = sorted((tmp_path / "data").glob("distill-*.shards/*.pt"))
     assert len(shards) == 2  # 6 prompts in batches of 4, cached: a rerun does not regenerate
     stamps = [s.stat().st_mtime_ns for s in shards]
-    ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=4", "resume=true"))
+    ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=4",
+                           "resume=true"))
     assert [s.stat().st_mtime_ns for s in shards] == stamps  # the resumed run read the shards, wrote none
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps[0] == 1 and max(steps) == 4 and 3 in steps  # the second run went on from step 2
@@ -63,7 +64,7 @@ def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file, capsys):
 
 def test_medusa_trains_and_loads(tmp_path, prompts_file):
     ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=medusa", "strategy.num_heads=3", "train.steps=2",
-                      "save_dtype=float16"))
+                           "save_dtype=float16"))
     target = tiny("tiny-llama")
     ctx = BuildContext(target=target, target_runner=make_runner(target.model), draft=None, sampling=SamplingParams(),
                        device=torch.device("cpu"))
@@ -89,7 +90,7 @@ def test_resume_without_state_and_unknown_strategy_are_config_errors(tmp_path, p
 
 def test_time_budgets_and_max_shards_cut_a_run_and_say_how_to_repeat_it(tmp_path, prompts_file, capsys):
     cfg = train_cfg(tmp_path, prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=5",
-               "train.time_budget_s=0", "data.max_shards=1")
+                    "train.time_budget_s=0", "data.max_shards=1")
     ckpt = train(cfg)
     printed = capsys.readouterr().out
     assert "train.steps=5 train.stop_after=1" in printed and "1 of 2 shards" in printed
@@ -97,7 +98,7 @@ def test_time_budgets_and_max_shards_cut_a_run_and_say_how_to_repeat_it(tmp_path
     assert (ckpt / "model.safetensors").exists()
     # a data budget of 0 makes no new shard: the one made above is all there is to train on
     train(train_cfg(tmp_path, prompts_file, "strategy=medusa", "strategy.num_heads=2", "train.steps=1",
-               "data.time_budget_s=0", f"output_dir={tmp_path / 'run2'}"))
+                    "data.time_budget_s=0", f"output_dir={tmp_path / 'run2'}"))
     assert "data.time_budget_s=0 reached after 1 of 2 shards" in capsys.readouterr().out
 
 
@@ -367,7 +368,7 @@ def test_a_deeper_head_trains_saves_its_layers_and_decodes_losslessly(tmp_path, 
     """strategy.num_layers=2: a second decoder layer in config.json and the weights (layers.0.*); the CLI's
     strategy=eagle builds it, and T=0 output equals target-only decoding."""
     ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.num_layers=2", "strategy.unroll=3",
-                      "train.steps=2"))
+                           "train.steps=2"))
     assert json.loads((ckpt / "config.json").read_text())["num_layers"] == 2
     weights = load_file(str(ckpt / "model.safetensors"))
     assert weights["layers.0.q_proj.weight"].shape == weights["q_proj.weight"].shape
@@ -450,7 +451,7 @@ def test_eagle_with_a_draft_vocab_trains_saves_its_counts_resumes_and_decodes_lo
 
 def test_a_draft_vocab_of_the_whole_vocabulary_loads_back(tmp_path, prompts_file):
     ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.draft_vocab={V}", "strategy.unroll=1",
-                      "train.steps=1"))
+                           "train.steps=1"))
     assert json.loads((ckpt / "vocab_counts.json").read_text())["target_ids"] == list(range(V))
     assert "d2t" not in load_file(str(ckpt / "model.safetensors"))  # draft id == target id
     target = tiny("tiny-llama")
@@ -488,7 +489,7 @@ def test_a_wider_head_mlp_trains_saves_its_width_and_decodes_losslessly(tmp_path
     target = tiny("tiny-llama")
     width = target.model.config.intermediate_size * 2 + 3
     ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.intermediate_size={width}",
-                      "strategy.unroll=2", "train.steps=2"))
+                           "strategy.unroll=2", "train.steps=2"))
     assert json.loads((ckpt / "config.json").read_text())["intermediate_size"] == width
     weights = load_file(str(ckpt / "model.safetensors"))
     assert weights["gate_proj.weight"].shape == (width, H)
@@ -502,7 +503,7 @@ def test_a_head_on_the_targets_rows_trains_saves_no_lm_head_and_decodes_lossless
     target-only decoding."""
     n = 13
     ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.draft_vocab={n}",
-                      "strategy.draft_lm_head=target", "strategy.unroll=2", "train.steps=2"))
+                           "strategy.draft_lm_head=target", "strategy.unroll=2", "train.steps=2"))
     assert json.loads((ckpt / "config.json").read_text())["draft_lm_head"] == "target"
     weights = load_file(str(ckpt / "model.safetensors"))
     assert "draft_lm_head.weight" not in weights and weights["d2t"].shape == (n,)
@@ -557,7 +558,7 @@ def test_train_seed_changes_the_head_and_batches_not_the_set_or_its_held_out_seq
     def run_with(name, *extra):
         out = tmp_path / name
         ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=3",
-                          f"output_dir={out}", "seed=3", *extra))
+                               f"output_dir={out}", "seed=3", *extra))
         return load_file(str(ckpt / "model.safetensors"))
 
     default = run_with("default")
@@ -580,8 +581,8 @@ def test_a_sweep_of_train_seeds_through_the_cli_keeps_each_jobs_checkpoint(tmp_p
     import sys
 
     sweep = tmp_path / "sweep"
-    args = [*train_overrides(tmp_path, prompts_file), "strategy=eagle", "strategy.unroll=2", "train.steps=2", "device=cpu",
-            "train.seed=1,2", f"hydra.sweep.dir={sweep}"]
+    args = [*train_overrides(tmp_path, prompts_file), "strategy=eagle", "strategy.unroll=2", "train.steps=2",
+            "device=cpu", "train.seed=1,2", f"hydra.sweep.dir={sweep}"]
     done = subprocess.run([sys.executable, "-m", "specbench.train", "-m", *args], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -679,7 +680,7 @@ def test_eagle_soft_labels_are_the_targets_distribution_at_the_labels_position(t
 
     monkeypatch.setattr(TokenLoss, "__call__", record)
     ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=3", "strategy.soft_labels=true",
-                      "train.steps=2", *opts))
+                           "train.steps=2", *opts))
     assert (ckpt / "model.safetensors").exists()
     assert len(seen) >= 2 * 3  # every step of every unrolled position
     for index, labels, soft in seen:
@@ -704,7 +705,7 @@ def test_an_eagle_fine_tune_starts_from_the_checkpoints_weights_and_vocabulary(t
     monkeypatch.setattr(DraftVocab, "count", classmethod(lambda *a: pytest.fail("recounted for a fine-tune")))
     # at a learning rate of 0 the fine-tune's head is the checkpoint it started from, bit for bit
     tuned = train(train_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={start}", "train.steps=1",
-                       "train.lr=0"))
+                            "train.lr=0"))
     after = load_file(str(tuned / "model.safetensors"))
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     assert (tuned / "vocab_counts.json").read_text() == (start / "vocab_counts.json").read_text()
@@ -721,7 +722,7 @@ def test_a_fine_tune_grows_a_head_to_more_layers_starting_as_its_function(tmp_pa
     opts = ("strategy=eagle", "strategy.draft_vocab=11", "strategy.unroll=2")
     start = train(train_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=2"))
     grown = train(train_cfg(tmp_path / "b", prompts_file, *opts, "strategy.num_layers=3", f"strategy.init_from={start}",
-                       "train.steps=1", "train.lr=0"))
+                            "train.steps=1", "train.lr=0"))
     before, after = load_file(str(start / "model.safetensors")), load_file(str(grown / "model.safetensors"))
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert {k.split(".")[1] for k in after if k.startswith("layers.")} == {"0", "1"}
@@ -746,9 +747,10 @@ def test_a_fine_tune_from_a_missing_or_other_checkpoint_is_a_config_error(tmp_pa
         train(train_cfg(tmp_path / "b", prompts_file, *opts, "strategy.init_from=nowhere"))
     with pytest.raises(ConfigError, match=r"strategy.init_from with strategy.draft_vocab=12, but .* draft_vocab=11"):
         train(train_cfg(tmp_path / "b", prompts_file, "strategy=eagle", "strategy.draft_vocab=12",
-                   f"strategy.init_from={start}"))
+                        f"strategy.init_from={start}"))
     with pytest.raises(ConfigError, match=r"its weights do not fit the head .*size mismatch"):
-        train(train_cfg(tmp_path / "b", prompts_file, *opts, "strategy.intermediate_size=7", f"strategy.init_from={start}"))
+        train(train_cfg(tmp_path / "b", prompts_file, *opts, "strategy.intermediate_size=7",
+                        f"strategy.init_from={start}"))
     (start / "config.json").write_text("{not json")
     with pytest.raises(ConfigError, match=r"strategy.init_from=.* could not be read as JSON"):
         train(train_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={start}"))
@@ -762,11 +764,11 @@ def test_a_medusa_fine_tune_starts_from_the_checkpoints_heads(tmp_path, prompts_
     start = train(train_cfg(tmp_path / "a", prompts_file, *opts, "train.steps=2"))
     before = load_file(str(start / "model.safetensors"))
     tuned = train(train_cfg(tmp_path / "b", prompts_file, *opts, f"strategy.init_from={start}", "train.steps=1",
-                       "train.lr=0"))
+                            "train.lr=0"))
     after = load_file(str(tuned / "model.safetensors"))
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     with pytest.raises(ConfigError, match=r"its weights do not fit the head .*(Missing|Unexpected)"):
         train(train_cfg(tmp_path / "c", prompts_file, "strategy=medusa", "strategy.num_heads=2",
-                   f"strategy.init_from={start}"))
+                        f"strategy.init_from={start}"))
     with pytest.raises(ConfigError, match=r"holds no model.safetensors .* strategy=medusa"):
         train(train_cfg(tmp_path / "c", prompts_file, *opts, f"strategy.init_from={tmp_path}"))

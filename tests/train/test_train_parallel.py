@@ -87,14 +87,14 @@ def _decodes_as_the_target(target, checkpoint: str, k: int) -> None:
 
 def test_trains_from_the_target_or_a_draft_model_and_loads_into_the_strategy(target, tmp_path, prompts_file):
     ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=parallel", "strategy.num_layers=1", "strategy.k=3",
-                      "train.steps=2", f"output_dir={tmp_path / 'run'}", "save_dtype=float16"))
+                           "train.steps=2", f"output_dir={tmp_path / 'run'}", "save_dtype=float16"))
     config = json.loads((ckpt / "config.json").read_text())
     assert config["kind"] == "parallel" and config["k"] == 3 and config["shares_embeddings"] is True
     _decodes_as_the_target(target, str(ckpt), 3)
     # from a distilled draft model (its own embedding and LM head, so they are stored)
     draft = train(train_cfg(tmp_path, prompts_file, "strategy=draft_model", "strategy.num_layers=1", "train.steps=1",
-                       f"output_dir={tmp_path / 'draft'}"))
+                            f"output_dir={tmp_path / 'draft'}"))
     ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=parallel", f"strategy.init_from={draft}", "strategy.k=2",
-                      "train.steps=1", f"output_dir={tmp_path / 'run2'}"))
+                           "train.steps=1", f"output_dir={tmp_path / 'run2'}"))
     assert json.loads((ckpt / "config.json").read_text())["shares_embeddings"] is False
     _decodes_as_the_target(target, str(ckpt), 2)
