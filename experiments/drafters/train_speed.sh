@@ -18,11 +18,11 @@ RUN=${RUN:-$G/speed}
 OLD=${OLD:-$G/old}
 OUT=${OUT:-$RUN/out}
 mkdir -p "$RUN" "$OUT"
-export PYTHONPATH=/tmp/site:$PWD
-[ "${DEV:-cuda}" = cpu ] || [ -d /tmp/site/hydra ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl
-export PYTHONUNBUFFERED=1 SPECBENCH_CACHE=$RUN/cache
 DEV=${DEV:-cuda}
+export PYTHONPATH=/tmp/site:$PWD
+[ "$DEV" = cpu ] || [ -d /tmp/site/hydra ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+  --upgrade --target /tmp/site .whl/*.whl
+export PYTHONUNBUFFERED=1 SPECBENCH_CACHE=$RUN/cache
 COMMON="target=smollm2-135m-random device=$DEV logger=none seed=0 strategy=eagle strategy.unroll=3
   strategy.soft_labels=true strategy.draft_vocab=8192 strategy.num_layers=2 strategy.draft_lm_head=target
   train.batch_size=${TB:-32} train.lr=6e-4 train.warmup=100 train.steps=${STEPS:-300} train.ce_vocab=0
