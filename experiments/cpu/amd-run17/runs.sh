@@ -8,3 +8,4 @@ git clone -q /work/main /tmp/fresh1 && cd /tmp/fresh1
   > /tmp/fresh1.log 2>&1
 . .venv/bin/activate
 for i in 1 2 3; do python -m specbench > /tmp/fresh1-run$i.log 2>&1; done
+# later, fresh-clone-2.txt: the same first command on a fresh clone of 7da1344 (/tmp/fresh2)
