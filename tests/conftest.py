@@ -19,10 +19,31 @@ sys.path.insert(0, os.path.dirname(__file__))  # tests/specbench_testing.py, for
 
 from specbench.models.loading import LoadedModel, load_model, resolve_spec  # noqa: E402
 
-if "OMP_NUM_THREADS" not in os.environ:  # respect a caller who pinned threads (busy shared machines)
+THREADS_PINNED = "OMP_NUM_THREADS" in os.environ  # respect a caller who pinned threads (busy shared machines)
+if not THREADS_PINNED:
     # the CPU's cores shared among pytest-xdist's workers (PYTEST_XDIST_WORKER_COUNT; 1 without -n), at most 2 each
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // workers)))
+WORKER_THREADS = torch.get_num_threads()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _processes_get_the_workers_threads():
+    """A process a test starts (`python -m specbench`, `-m specbench.train`, ranks) gets this worker's share of the
+    cores too. Without it, torch in the child takes every core, and two workers' children at 2 threads each on a
+    2-core machine spin against each other's OpenMP threads. CI, 2026-12-07: a 2-job training sweep killed at its
+    300 s timeout after distilling 4 sequences at 58 s each, beside a sweep test that took 304 s (the two together
+    take ~13 s here; e17ece6 saw the same in test_launchers). Set in the process that runs the tests (a fixture), not
+    at import: xdist's controller imports this file too, and its workers would inherit it as if a caller had pinned
+    threads."""
+    if THREADS_PINNED:
+        yield
+        return
+    os.environ["OMP_NUM_THREADS"] = str(WORKER_THREADS)
+    try:
+        yield
+    finally:
+        os.environ.pop("OMP_NUM_THREADS", None)
 
 
 def _load_smollm2() -> LoadedModel:
