@@ -150,9 +150,10 @@ def split_by_prompt(data: DistillData, val_sequences: int, seed: int) -> tuple[l
 
 
 class _Log:
-    """metrics.jsonl always; W&B offline under the output directory unless logger=none."""
+    """metrics.jsonl always; W&B offline under the output directory unless logger=none. A resumed run continues
+    the W&B run it was saved from (`run_id`, kept in <output_dir>/last/state.json): one run, one curve."""
 
-    def __init__(self, cfg: Mapping[str, Any], out_dir: Path, config: dict[str, Any], resume: bool) -> None:
+    def __init__(self, cfg: Mapping[str, Any], out_dir: Path, config: dict[str, Any], run_id: str | None) -> None:
         self.path = out_dir / "metrics.jsonl"
         self.wandb = None
         if (cfg.get("name") or "none") == "wandb":
@@ -161,7 +162,11 @@ class _Log:
             self.wandb = wandb.init(project=cfg.get("project", "specbench"), entity=cfg.get("entity"),
                                     mode=cfg.get("mode", "offline"), dir=str(out_dir), config=config,
                                     name=out_dir.name, tags=list(cfg.get("tags") or []) + ["train"],
-                                    job_type="train", resume="allow" if resume else None)
+                                    job_type="train", id=run_id, resume="allow" if run_id else None)
+
+    @property
+    def run_id(self) -> str | None:
+        return None if self.wandb is None else self.wandb.id
 
     def __call__(self, step: int, metrics: dict[str, float]) -> None:
         with self.path.open("a") as f:
@@ -210,12 +215,12 @@ class _StopOnSigterm:
         raise SystemExit(128 + int(self.signum))
 
 
-def _save_state(trainer: Trainer, opt: torch.optim.Optimizer, step: int, last: Path) -> None:
+def _save_state(trainer: Trainer, opt: torch.optim.Optimizer, step: int, last: Path, run_id: str | None) -> None:
     tmp = last.with_name(last.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     trainer.save(tmp)
     torch.save(opt.state_dict(), tmp / "optimizer.pt")
-    (tmp / "state.json").write_text(json.dumps({"step": step}))
+    (tmp / "state.json").write_text(json.dumps({"step": step, "wandb_run_id": run_id}))
     shutil.rmtree(last, ignore_errors=True)
     tmp.rename(last)
 
@@ -306,13 +311,14 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     params = [p for p in trainer.module.parameters() if p.requires_grad]
     lr, steps = float(t.get("lr", 1e-3)), int(t.get("steps", 100))
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=float(t.get("weight_decay", 0.0)))
-    step = 0
+    step, run_id = 0, None
     if c.get("resume"):
         trainer.load_weights(last)
         opt.load_state_dict(torch.load(last / "optimizer.pt", weights_only=True))
-        step = json.loads((last / "state.json").read_text())["step"]
+        state = json.loads((last / "state.json").read_text())
+        step, run_id = state["step"], state.get("wandb_run_id")  # saved before the id was kept: a new W&B run
         print(f"resumed from {last} at step {step}")
-    log = _Log(c.get("logger") or {}, out_dir, c, bool(c.get("resume")))
+    log = _Log(c.get("logger") or {}, out_dir, c, run_id)
     bsz, positions = int(t.get("batch_size", 8)), int(t.get("ce_positions", 0))
     warmup, clip = int(t.get("warmup", 0)), float(t.get("grad_clip", 0) or 0)
     log_every, save_every = int(t.get("log_every", 10)), int(t.get("save_every", 100))
@@ -345,7 +351,7 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
                 log(step, {**metrics, "lr": opt.param_groups[0]["lr"], "epoch": step / per_epoch,
                            "elapsed_s": time.perf_counter() - t0})
             if stop.signum is not None:  # before anything is printed: the pipe it prints to may be gone with it
-                _save_state(trainer, opt, step, last)
+                _save_state(trainer, opt, step, last, log.run_id)
                 break
             bar.update(1)
             bar.set_postfix({k: f"{v:.3f}" for k, v in metrics.items() if k == "loss" or k.startswith("acc_")})
@@ -354,7 +360,7 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
                 if val_ids:
                     held_out = _evaluate(trainer, data, val_ids, token_loss, device, with_layers, seed)
                     log(step, held_out)
-                _save_state(trainer, opt, step, last)
+                _save_state(trainer, opt, step, last, log.run_id)
             if out_of_time:
                 print(f"train.time_budget_s={budget} reached at step {step} of {steps}; the same weights again: "
                       f"train.steps={steps} train.stop_after={step}", flush=True)

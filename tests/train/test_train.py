@@ -28,8 +28,11 @@ from specbench.train.loop import make_batch, split_by_prompt, train
 from specbench.verify import SamplingParams, Verifier
 
 def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file, capsys):
-    ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=2"))
+    ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=2",
+                           "logger=wandb"))
     run = tmp_path / "run"
+    run_id = json.loads((run / "last" / "state.json").read_text())["wandb_run_id"]
+    assert [p.name.endswith(f"-{run_id}") for p in (run / "wandb").glob("offline-run-*")] == [True]
     # the closing table: the last batches' mean beside the last validation's figures, as metrics.jsonl holds them
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train_rows, val = [r for r in logged if "acc_1" in r], [r for r in logged if "val/acc_1" in r][-1]
@@ -46,8 +49,11 @@ def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file, capsys):
     assert len(shards) == 2  # 6 prompts in batches of 4, cached: a rerun does not regenerate
     stamps = [s.stat().st_mtime_ns for s in shards]
     ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=4",
-                           "resume=true"))
+                           "resume=true", "logger=wandb"))
     assert [s.stat().st_mtime_ns for s in shards] == stamps  # the resumed run read the shards, wrote none
+    # the same W&B run goes on (offline, each process writes a directory of its own under the run's id)
+    assert json.loads((run / "last" / "state.json").read_text())["wandb_run_id"] == run_id
+    assert sorted(p.name[-len(run_id):] for p in (run / "wandb").glob("offline-run-*")) == [run_id, run_id]
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps[0] == 1 and max(steps) == 4 and 3 in steps  # the second run went on from step 2
     assert json.loads((run / "last" / "state.json").read_text())["step"] == 4
