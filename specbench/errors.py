@@ -29,6 +29,13 @@ def require_int(setting: str, value: object, low: int = 1) -> None:
         raise ConfigError(f"{setting}={value!r}; allowed: an integer >= {low}")
 
 
+def require_number(setting: str, value: object, low: float = 0.0, meaning: str = "") -> None:
+    """A ConfigError naming `setting` unless `value` is a number (not a bool) >= `low`; `meaning` says what the
+    setting does, in the message."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < low:
+        raise ConfigError(f"{setting}={value!r}; allowed: a number >= {low:g}" + (f" ({meaning})" if meaning else ""))
+
+
 def read_json_object(path: Path, setting: str, holds: str) -> dict[str, Any]:
     """The JSON object in `path`; a ConfigError that names `setting` and the file, and says what it should
     hold, when the file cannot be read, is not JSON, or is not an object."""

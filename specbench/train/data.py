@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from specbench.data.base import Prompt, encode_prompt, read_jsonl
 from specbench.engine import Engine
-from specbench.errors import ConfigError, require_int
+from specbench.errors import ConfigError, require_int, require_number
 from specbench.models.cuda_graphs import GraphedRunner, cuda_graphs_default, maybe_graphed
 from specbench.models.decoder import DecoderRunner
 from specbench.models.loading import LoadedModel, load_model
@@ -106,10 +106,14 @@ def check_data_settings(data_cfg: dict[str, Any]) -> None:
                           f"writes the distillation set)")
     for key, default in (("samples", 1), ("max_new_tokens", 128), ("batch_size", 32), ("max_prompt_tokens", 256)):
         require_int(f"data.{key}", data_cfg.get(key, default))
-    temperature = data_cfg.get("temperature", 0.7)
-    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
-        raise ConfigError(f"data.temperature={temperature!r}; allowed: a number >= 0 (the sampled responses' "
-                          f"temperature)")
+    require_number("data.temperature", data_cfg.get("temperature", 0.7), meaning="the sampled responses' temperature")
+    if data_cfg.get("num_prompts") is not None:  # null: all
+        require_int("data.num_prompts", data_cfg["num_prompts"])
+    if data_cfg.get("max_shards") is not None:  # null: all
+        require_int("data.max_shards", data_cfg["max_shards"], low=0)
+    if data_cfg.get("time_budget_s") is not None:
+        require_number("data.time_budget_s", data_cfg["time_budget_s"],
+                       meaning="seconds of generating new shards; null = no limit")
 
 
 def training_prompts(path: str | list[str] | tuple[str, ...] | None,

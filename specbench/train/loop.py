@@ -28,8 +28,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from specbench.errors import ConfigError, require_int
-from specbench.models.loading import load_model, resolve_spec
+from specbench.errors import ConfigError, require_int, require_number
+from specbench.models.loading import DTYPES, load_model, resolve_spec
 from specbench.train.data import DistillData, check_data_settings, load_or_generate
 from specbench.train.drafters import Batch, TokenLoss, Trainer
 
@@ -257,6 +257,40 @@ def summary(step: int, recent: list[dict[str, float]], held_out: dict[str, float
     return "\n".join(lines)
 
 
+def check_train_settings(c: Mapping[str, Any]) -> None:
+    """The run's own settings and the train group's, checked before the target loads (AdamW would refuse a negative
+    lr only after the distillation set is made, which can take an hour)."""
+    t = dict(c.get("train") or {})
+    for key, low in (("steps", 1), ("batch_size", 1), ("warmup", 0), ("ce_vocab", 0), ("ce_positions", 0),
+                     ("val_sequences", 0), ("log_every", 1), ("save_every", 1)):
+        if key in t:
+            require_int(f"train.{key}", t[key], low=low)
+    for key in ("seed", "stop_after"):  # null: the run's seed; the whole schedule
+        if t.get(key) is not None:
+            require_int(f"train.{key}", t[key], low=0 if key == "seed" else 1)
+    require_number("train.lr", t.get("lr", 1e-3), meaning="AdamW's peak learning rate; 0 keeps the starting weights")
+    require_number("train.weight_decay", t.get("weight_decay", 0.0), meaning="AdamW's decoupled weight decay")
+    if t.get("grad_clip") is not None:
+        require_number("train.grad_clip", t["grad_clip"], meaning="the gradient norm's cap; 0 or null = none")
+    if t.get("time_budget_s") is not None:
+        require_number("train.time_budget_s", t["time_budget_s"], meaning="seconds of training; null = no limit")
+    if not isinstance(t.get("prefetch", True), bool):
+        raise ConfigError(f"train.prefetch={t['prefetch']!r}; allowed: true (build the next batch in a thread while "
+                          "the device works on this one) or false")
+    require_int("seed", c.get("seed", 0), low=0)
+    if c.get("threads") is not None:
+        require_int("threads", c["threads"])
+    if c.get("save_dtype") is not None and c["save_dtype"] not in DTYPES:
+        raise ConfigError(f"save_dtype={c['save_dtype']!r}; allowed: null (float32), {', '.join(DTYPES)}")
+    device = c.get("device", "auto")
+    try:
+        if device != "auto":
+            torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device={device!r}; allowed: auto (cuda when visible, else cpu), cpu, cuda, cuda:<n>") \
+            from None
+
+
 def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     """Train the configured drafter; returns the checkpoint directory."""
     c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
@@ -270,8 +304,7 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     if c.get("resume") and not (last / "state.json").exists():
         raise ConfigError(f"resume=true but {last} holds no saved state; run once without resume first")
     check_data_settings(d)  # before the target loads: a wrong setting costs no model load
-    for key in ("steps", "batch_size"):
-        require_int(f"train.{key}", t.get(key, 1))
+    check_train_settings(c)
     device_name = c.get("device", "auto")
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device_name == "auto" else device_name)
     if c.get("threads"):
@@ -280,11 +313,7 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     train_seed = t.get("seed")  # the head's initial weights and the batches; null: `seed`
     if train_seed is None:
         train_seed = seed
-    require_int("train.seed", train_seed, low=0)
     prefetch = t.get("prefetch", True)
-    if not isinstance(prefetch, bool):
-        raise ConfigError(f"train.prefetch={prefetch!r}; allowed: true (build the next batch in a thread while the "
-                          "device works on this one) or false")
     torch.manual_seed(train_seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(c)))
@@ -376,8 +405,6 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     # 4) the checkpoint the strategy loads (optionally in a smaller dtype: the strategy casts to the target's)
     save_dtype = c.get("save_dtype")
     if save_dtype:
-        from specbench.models.loading import DTYPES
-
         trainer.module.to(DTYPES[save_dtype])
     trainer.save(ckpt_dir)
     log.finish()
