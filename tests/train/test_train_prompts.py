@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import re
 import zipfile
 
 import pytest
@@ -22,6 +23,7 @@ from specbench.train.prompts import (
     clean_query,
     drop_contaminated,
     magpie_prefix,
+    main,
     openai_evals_prompts,
     stdlib_code_prompts,
     synthesize_magpie,
@@ -202,3 +204,19 @@ def test_arena_hard_questions_keep_english_texts_of_the_allowed_length_once_with
         zf.writestr("something/else.jsonl", "{}")
     with pytest.raises(ConfigError, match="question.jsonl"):
         arena_hard_prompts(wheel=other)
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--magpie", "-3"], "argument --magpie: '-3'; allowed: an integer >= 0"),
+    (["--code", "2.5"], "argument --code: '2.5'; allowed: an integer >= 0"),
+    (["--evals", "-2"], r"argument --evals: '-2'; allowed: an integer >= -1 \(-1 = all\)"),
+    (["--arena-hard", "all"], r"argument --arena-hard: 'all'; allowed: an integer >= -1"),
+    (["--magpie-top-p", "0"], r"argument --magpie-top-p: '0'; allowed: a number in \(0, 1\]"),
+    (["--magpie-temperature", "-1"], "argument --magpie-temperature: '-1'; allowed: a number >= 0"),
+    (["--batch-size", "0"], "argument --batch-size: '0'; allowed: an integer >= 1"),
+])
+def test_bad_counts_are_refused_before_anything_is_written(tmp_path, capsys, args, match):
+    out = tmp_path / "p.jsonl"
+    with pytest.raises(SystemExit) as stop:
+        main(["--out", str(out), *args])
+    assert stop.value.code == 2 and re.search(match, capsys.readouterr().err) and not out.exists()
