@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +114,11 @@ def _fmt(v: Any, digits: int = 2) -> str:
     return str(v)
 
 
+def _interval(bounds: Sequence[float] | None) -> str:
+    """A 95% interval [low, high] as 'low-high' ('-' when none: one prompt, or no drafts)."""
+    return f"{bounds[0]:.2f}-{bounds[1]:.2f}" if bounds else "-"
+
+
 def _by_category(results: Mapping[str, Any]) -> str:
     """One line: each category's acceptance length (and speedup, with a baseline), categories in name order."""
     parts = []
@@ -140,6 +145,7 @@ def results_table(results: Mapping[str, Any]) -> str:
     add("prompts", lambda b: str(b["n_prompts"]))
     add("output tokens", lambda b: str(b["output_tokens"]))
     add("acceptance length", lambda b: _fmt(b["acceptance_length"]))
+    add("AL 95% CI over prompts", lambda b: _interval(b.get("acceptance_length_ci95")))
     add("acceptance rate", lambda b: _fmt(b["acceptance_rate"], 3))
     add("per-position acc.", lambda b: " ".join(_fmt(a) for a in b["per_position_acceptance"]) or "-")
     add("draft forwards / step", lambda b: _fmt(b.get("draft_forwards_per_step")))
@@ -165,7 +171,8 @@ def results_table(results: Mapping[str, Any]) -> str:
     if results.get("speedup"):
         sp = results["speedup"]
         order = {"interleaved": ", batches in turns", "sequential": ", baseline first"}.get(results["run"].get("order"), "")
-        out.append(f"speedup (baseline TPOT / strategy TPOT{order}): {_fmt(sp['speedup'])}x "
+        ci = f", 95% CI over prompts {_interval(sp['ci95'])}" if sp.get("ci95") else ""
+        out.append(f"speedup (baseline TPOT / strategy TPOT{order}): {_fmt(sp['speedup'])}x{ci} "
                    f"(per prompt: median {_fmt(sp['per_prompt']['median'])}, p90 {_fmt(sp['per_prompt']['p90'])}, n={sp['per_prompt']['n']})")
         if sp.get("whole_batch") is not None:
             out.append(f"speedup in whole-batch decode tokens/s: {_fmt(sp['whole_batch'])}x")

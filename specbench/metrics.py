@@ -17,6 +17,12 @@
 Counters are summed over prompts (AL and rates are token-weighted, as Spec-Bench and vLLM report
 them); timings are reported per prompt with their spread: mean, median, p90, p99 and n.
 
+95% intervals (`acceptance_length_ci95`, speedup's `ci95`): percentile bootstrap over the prompts (CI_RESAMPLES
+resamples of as many prompts, drawn with replacement from a generator seeded with CI_SEED, so the same results give
+the same interval), each figure recomputed as above on every resample; the speedup's resamples take a prompt's
+baseline and strategy TPOT together. They say how much the figure depends on which prompts were drawn; how much
+timings vary between runs of the same prompts is not in them.
+
 OBJECTIVES: the one number per job that a settings optimizer (`-m hydra/sweeper=specbench_optuna`)
 maximizes, read from results.json (the `objective` setting picks one; every one is better when higher).
 """
@@ -27,12 +33,37 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from specbench.errors import unknown
 
 if TYPE_CHECKING:  # annotations only: the report and the config read OBJECTIVES without importing torch
     from specbench.engine import BatchTiming, RowResult
 
 TIMED = ("ttft_ms", "tpot_ms", "latency_ms", "output_tokens_per_s")
+CI_RESAMPLES = 2000
+CI_SEED = 0
+
+
+def _resampled(n: int) -> np.ndarray:
+    """[CI_RESAMPLES, n] prompt indices drawn with replacement, the same for the same n."""
+    return np.random.default_rng(CI_SEED).integers(0, n, size=(CI_RESAMPLES, n))
+
+
+def _interval(values: np.ndarray) -> list[float] | None:
+    values = values[np.isfinite(values)]
+    return [float(v) for v in np.quantile(values, [0.025, 0.975])] if values.size else None
+
+
+def ratio_ci95(numerators: Sequence[float], denominators: Sequence[float], offset: float = 0.0) -> list[float] | None:
+    """95% bootstrap interval of offset + sum(numerators) / sum(denominators) over prompts (a prompt's pair resampled
+    together); None below 2 prompts. AL is 1 + accepted / drafts; a speedup of mean TPOTs is sum(b) / sum(s)."""
+    num, den = np.asarray(numerators, dtype=np.float64), np.asarray(denominators, dtype=np.float64)
+    if num.size < 2:
+        return None
+    idx = _resampled(num.size)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a resample of prompts without drafts: left out
+        return _interval(offset + num[idx].sum(1) / den[idx].sum(1))
 
 
 def spread(values: Sequence[float]) -> dict[str, float | int | None]:
@@ -99,6 +130,8 @@ def summarize(per_prompt: Sequence[dict[str, Any]], timings: Sequence[BatchTimin
         "mean_k": k_drafted / drafts if drafts else None,  # K drafted per step (strategy.k unless K is adaptive)
         "accepted_histogram": hist,  # [k+1] row-steps that accepted exactly n drafts
         "acceptance_length_per_prompt": spread([m["acceptance_length"] for m in per_prompt]),
+        "acceptance_length_ci95": ratio_ci95([m["accepted_tokens"] for m in per_prompt],
+                                             [m["drafts"] for m in per_prompt], 1.0) if drafts else None,
         "itl_ms": spread([g for m in per_prompt for g in m["itl_ms"]]),
     }
     for key in TIMED:
@@ -135,12 +168,15 @@ def throughput_speedup(baseline: dict[str, Any], strategy: dict[str, Any]) -> fl
 
 
 def speedup(baseline: Sequence[dict[str, Any]], strategy: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """baseline TPOT / strategy TPOT: overall (ratio of mean TPOTs) and per prompt with its spread."""
-    per_prompt = [b["tpot_ms"] / s["tpot_ms"] for b, s in zip(baseline, strategy)
-                  if s["tpot_ms"] and not math.isnan(s["tpot_ms"]) and not math.isnan(b["tpot_ms"])]
+    """baseline TPOT / strategy TPOT: overall (ratio of mean TPOTs) with its 95% interval over prompts (the prompts
+    timed on both sides), and per prompt with its spread."""
+    pairs = [(b["tpot_ms"], s["tpot_ms"]) for b, s in zip(baseline, strategy)
+             if s["tpot_ms"] and not math.isnan(s["tpot_ms"]) and not math.isnan(b["tpot_ms"])]
     mean_b = spread([m["tpot_ms"] for m in baseline])["mean"]
     mean_s = spread([m["tpot_ms"] for m in strategy])["mean"]
-    return {"speedup": mean_b / mean_s if mean_b and mean_s else None, "per_prompt": spread(per_prompt)}
+    return {"speedup": mean_b / mean_s if mean_b and mean_s else None,
+            "ci95": ratio_ci95([b for b, _ in pairs], [s for _, s in pairs]),
+            "per_prompt": spread([b / s for b, s in pairs])}
 
 
 def speed_terms(results: Mapping[str, Any]) -> dict[str, float | None] | None:

@@ -52,13 +52,14 @@ COLUMNS = ("job", "strategy", "settings", "k", "temperature", "top_k", "top_p", 
            "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens",
            "accepted_histogram", "scheduler", "speedup_whole_batch", "tokens_per_s_baseline", "tokens_per_s_strategy",
            "itl_baseline_ms_median", "itl_baseline_ms_p99", "itl_strategy_ms_median", "itl_strategy_ms_p99",
-           "speed_r", "speed_draft", "speed_c", "speed_predicted")
+           "speed_r", "speed_draft", "speed_c", "speed_predicted", "acceptance_length_ci_low",
+           "acceptance_length_ci_high", "speedup_ci_low", "speedup_ci_high")
 # the columns measured with a clock: they differ run to run where every other column repeats
 TIMING_COLUMNS = ("tpot_baseline_ms", "tpot_strategy_ms", "speedup", "tpot_baseline_ms_median",
                   "tpot_strategy_ms_median", "tpot_strategy_ms_p90", "speedup_per_prompt_median", "speedup_per_prompt_p90", "verify_ms_per_step",
                   "speedup_whole_batch", "tokens_per_s_baseline", "tokens_per_s_strategy", "itl_baseline_ms_median",
                   "itl_baseline_ms_p99", "itl_strategy_ms_median", "itl_strategy_ms_p99",
-                  "speed_r", "speed_draft", "speed_c", "speed_predicted")
+                  "speed_r", "speed_draft", "speed_c", "speed_predicted", "speedup_ci_low", "speedup_ci_high")
 # shown in report.md only when they differ between jobs (always in report.csv)
 _COLLAPSIBLE = ("top_k", "top_p", "batch_size", "nodes_per_step", "al_per_verified_token",  # these two: trees
                 "mean_k",  # K drafted per step: differs from k under adaptive K
@@ -66,7 +67,8 @@ _COLLAPSIBLE = ("top_k", "top_p", "batch_size", "nodes_per_step", "al_per_verifi
 _CSV_ONLY = ("per_position_acceptance", "verify_ms_per_step", "tpot_baseline_ms_median", "tpot_strategy_ms_median", "tpot_strategy_ms_p90",
              "speedup_per_prompt_median", "speedup_per_prompt_p90", "output_tokens", "accepted_histogram",
              "tokens_per_s_baseline", "tokens_per_s_strategy", "itl_baseline_ms_median", "itl_baseline_ms_p99",
-             "itl_strategy_ms_median", "itl_strategy_ms_p99", "speed_r", "speed_draft", "speed_c", "speed_predicted")
+             "itl_strategy_ms_median", "itl_strategy_ms_p99", "speed_r", "speed_draft", "speed_c", "speed_predicted",
+             "acceptance_length_ci_low", "acceptance_length_ci_high", "speedup_ci_low", "speedup_ci_high")
 # strategy settings that are not the strategy's own options
 _NOT_SETTINGS = ("_target_", "name", "k")
 
@@ -302,7 +304,15 @@ def job_row(results: Mapping[str, Any], label: str) -> dict[str, Any]:
         "itl_strategy_ms_p99": _get(results, "strategy", "itl_ms", "p99"),
         # the speed model (metrics.speed_terms): speedup ~ AL / (r + draft), c = draft / draft passes per step
         **{f"speed_{key}": terms.get(key) for key in ("r", "draft", "c", "predicted")},
+        # 95% bootstrap intervals over prompts (metrics.ratio_ci95); absent from results written before them
+        **_bounds("acceptance_length", _get(results, "strategy", "acceptance_length_ci95")),
+        **_bounds("speedup", _get(results, "speedup", "ci95")),
     }
+
+
+def _bounds(name: str, ci: Any) -> dict[str, float | None]:
+    low, high = ci if isinstance(ci, Sequence) and len(ci) == 2 else (None, None)
+    return {f"{name}_ci_low": low, f"{name}_ci_high": high}
 
 
 def collect(roots: Sequence[Path | str], exclude: Sequence[Path | str] = ()) -> Collected:

@@ -38,3 +38,15 @@ def test_categories_are_listed_in_name_order_with_their_speedup():
     no_baseline = {name: {"strategy": block["strategy"]} for name, block in cats.items()}
     assert "by category (AL): coding 2.33, math 2.17, writing 1.60" in results_table(_results(no_baseline, False))
     assert "by category" not in results_table(_results({"coding": cats["coding"]}))  # one category: the table says it
+
+
+def test_the_intervals_over_prompts_are_printed_where_results_have_them():
+    results = _results()
+    # one prompt: no interval (nor in results written before them)
+    assert "strategy TPOT): 1.40x (per prompt:" in results_table(results)
+    results["speedup"]["ci95"] = [1.234, 1.567]
+    results["strategy"]["acceptance_length_ci95"] = [2.05, 2.351]
+    table = results_table(results)
+    assert "speedup (baseline TPOT / strategy TPOT): 1.40x, 95% CI over prompts 1.23-1.57 (per prompt:" in table
+    row = next(line for line in table.splitlines() if line.startswith("| AL 95% CI over prompts"))
+    assert [c.strip() for c in row.strip("|").split("|")] == ["AL 95% CI over prompts", "-", "2.05-2.35"]

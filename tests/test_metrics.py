@@ -1,13 +1,16 @@
 """metrics.summarize: what a tree's step is worth (AL per verified token) and what its verify costs (ms per step);
-metrics.speed_terms: the speed model's terms read back from those summaries."""
+metrics.speed_terms: the speed model's terms read back from those summaries; the 95% intervals over prompts."""
 
 from __future__ import annotations
+
+import math
+import statistics
 
 import pytest
 
 from specbench_testing import row_result
 from specbench.engine import BatchTiming, RowResult
-from specbench.metrics import prompt_metrics, speed_terms, spread, summarize
+from specbench.metrics import prompt_metrics, ratio_ci95, speed_terms, speedup, spread, summarize
 
 
 def test_tree_metrics_per_node_and_per_step():
@@ -87,3 +90,34 @@ def test_speed_terms_need_a_baseline_and_drafts():
     older = _job(BatchTiming(verify_s=0.1, total_s=0.2, steps=5), rows, timing)
     del older["strategy"]["time_split"]["draft_s"]  # a results.json without the figure reads as no model
     assert speed_terms(older) is None
+
+
+def test_the_al_interval_matches_the_normal_approximation_and_repeats():
+    """41 prompts of 10 drafts each accepting 0..40 tokens (AL 3.0): a percentile bootstrap of a mean of n i.i.d.
+    values spans about +-1.96 sd / sqrt(n); the same counts give the same interval."""
+    accepted, drafts = [3 * i % 41 for i in range(41)], [10] * 41
+    low, high = ratio_ci95(accepted, drafts, 1.0)
+    half = 1.96 * statistics.pstdev(accepted) / 10 / math.sqrt(41)
+    assert low < 3.0 < high and (high - low) / 2 == pytest.approx(half, rel=0.1)
+    assert abs((3.0 - low) - (high - 3.0)) < 0.2 * half  # about symmetric: a mean of many draws
+    assert ratio_ci95(accepted, drafts, 1.0) == [low, high]
+    assert ratio_ci95(accepted[:1], drafts[:1], 1.0) is None  # one prompt: no interval
+    assert ratio_ci95([7] * 5, [10] * 5, 1.0) == pytest.approx([1.7, 1.7])  # the same prompt five times
+
+
+def test_the_speedup_interval_resamples_a_prompts_two_tpots_together():
+    """TPOTs that differ tenfold between prompts, each prompt exactly twice as fast with the strategy: resampled in
+    pairs every resample's ratio is 2.0; resampled apart, the interval would span most of 0.3-10."""
+    tpot_b = [10.0 * (1 + 9 * (i % 2)) + i for i in range(20)]
+    out = speedup([{"tpot_ms": t} for t in tpot_b], [{"tpot_ms": t / 2} for t in tpot_b])
+    assert out["speedup"] == pytest.approx(2.0) and out["ci95"] == pytest.approx([2.0, 2.0])
+    noisy = speedup([{"tpot_ms": t} for t in tpot_b], [{"tpot_ms": t / (2 + (-1) ** i * 0.5)} for i, t in enumerate(tpot_b)])
+    assert noisy["ci95"][0] < noisy["speedup"] < noisy["ci95"][1] and noisy["ci95"][1] - noisy["ci95"][0] < 1.0
+
+
+def test_summaries_carry_the_al_interval_and_target_only_has_none():
+    rows = [row_result(5, 15, 2 * i, [1, 1, 0]) for i in range(6)]
+    out = summarize([prompt_metrics(r) for r in rows])
+    low, high = out["acceptance_length_ci95"]
+    assert low < out["acceptance_length"] < high
+    assert summarize([prompt_metrics(row_result(0, 0, 0, []))] * 3)["acceptance_length_ci95"] is None
