@@ -75,6 +75,12 @@ COMMON="target=smollm2-135m device=$DEV logger=none seed=0
 # DATA_DTYPE=bfloat16 (thirty-ninth session): the set written by the target in bfloat16 on the decode engine's path
 # (data.dtype; its shards live apart from float32's): pass it to the data calls and to the training call alike
 [ -n "${DATA_DTYPE:-}" ] && COMMON="$COMMON data.dtype=$DATA_DTYPE"
+# EXPORT_RESPONSES=<file> (forty-eighth session): the run writes the responses of the shards it used there
+# (data.export_responses, token ids, compressed); RESPONSES=<that file>: a later machine makes the set from them by one
+# prefill of each sequence instead of decoding them (data.responses; the same prompts and data settings, DATA_DTYPE
+# included). Pass RESPONSES to every call that reads the set, as DATA_DTYPE
+[ -n "${EXPORT_RESPONSES:-}" ] && COMMON="$COMMON data.export_responses=$EXPORT_RESPONSES"
+[ -n "${RESPONSES:-}" ] && COMMON="$COMMON data.responses=$RESPONSES"
 
 if [ "$stage" = train ]; then
   # 1) the target writes its own user requests (magpie), checked free of MT-Bench / HumanEval text

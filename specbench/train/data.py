@@ -20,6 +20,9 @@ so `data.max_shards=N` (or a run cut by `data.time_budget_s`, which prints the N
 trains on a random subset of prompts.
 
 One sequence = prompt + response, x_0 .. x_{N-1}; features f_0 .. f_{N-2} (x_{N-1} is never fed).
+
+`data.export_responses=<file>` writes the responses of the shards a run used; `data.responses=<file>` makes a
+missing shard from them by one prefill of each sequence instead of decoding (specbench.train.responses).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from specbench.models.loading import LoadedModel, load_model
 from specbench.models.runner import Runner
 from specbench.strategies.base import BuildContext, DecodeState
 from specbench.strategies.none import TargetOnly
+from specbench.train import responses as saved_responses
 from specbench.verify import SamplingParams, Verdict, Verifier
 
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
@@ -59,6 +63,7 @@ DEFAULT_PROMPT_SETS = ("magpie_smollm2-135m.jsonl.gz", "python_stdlib.jsonl.gz")
 DATA_VERSION = 2
 TOP1_ROWS = 1024  # positions per LM-head call when recording top-1 (bounds the [rows, V] logits in memory)
 GEN_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # data.dtype: the target's while it writes the set
+PREFILL_ROWS = 64  # sequences per prefill when a shard is made from data.responses
 
 
 @dataclass
@@ -104,6 +109,9 @@ def check_data_settings(data_cfg: dict[str, Any]) -> None:
     if dtype_name not in GEN_DTYPES:
         raise ConfigError(f"data.dtype={dtype_name!r}; allowed: {', '.join(GEN_DTYPES)} (the target's dtype while it "
                           f"writes the distillation set)")
+    if data_cfg.get("responses") is not None and not Path(str(data_cfg["responses"])).expanduser().is_file():
+        raise ConfigError(f"data.responses={data_cfg['responses']!r} does not exist; allowed: null (decode the "
+                          "responses), or a file a run wrote with data.export_responses")
     for key, default in (("samples", 1), ("max_new_tokens", 128), ("batch_size", 32), ("max_prompt_tokens", 256)):
         require_int(f"data.{key}", data_cfg.get(key, default))
     require_number("data.temperature", data_cfg.get("temperature", 0.7), meaning="the sampled responses' temperature")
@@ -216,6 +224,17 @@ def generate_distillation(target: LoadedModel, runner: Runner, prompt_ids: list[
     return data
 
 
+def features_of(target: LoadedModel, runner: Runner, sequences: list[list[int]], prompt_lengths: list[int], *,
+                layers: tuple[int, ...], batch_size: int, progress: bool = True) -> DistillData:
+    """The set's rows for finished sequences (prompt + response): the target run once over each whole sequence (the
+    Engine's prefill, one token past it thrown away), recording what `generate_distillation` records while decoding."""
+    rows = generate_distillation(target, runner, sequences, max_new_tokens=1, samples=1, temperature=0.0,
+                                 batch_size=batch_size, layers=layers, eos_ids=set(), seed=0, progress=progress)
+    # each row holds the sequence, the token the prefill emitted, and features at every position of the sequence
+    return DistillData([t[:-1] for t in rows.tokens], list(prompt_lengths), [h[:-1] for h in rows.hidden],
+                       [h[:-1] for h in rows.layer_hidden], [t[:-1] for t in rows.top1], tuple(layers))
+
+
 def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_cfg: dict[str, Any], layers: tuple[int, ...],
                      eos_ids: set[int], seed: int, progress: bool = True) -> DistillData:
     """The cached distillation set for these settings, generating it once."""
@@ -232,13 +251,18 @@ def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_
     key = cache_key(version=DATA_VERSION, target=target_name, ids=ids, layers=layers, seed=seed,
                     **{k: data_cfg.get(k) for k in ("max_new_tokens", "samples", "temperature")},
                     **({} if dtype_name == "float32" else {"dtype": dtype_name}))
+    bsz = int(data_cfg.get("batch_size", 32))
+    samples = int(data_cfg.get("samples", 1))
+    # what the responses depend on (not the layers a head records): data.responses' files are checked against it
+    rkey = cache_key(version=DATA_VERSION, target=target_name, ids=ids, seed=seed, dtype=dtype_name,
+                     **{k: data_cfg.get(k) for k in ("max_new_tokens", "samples", "temperature")})
+    given = saved_responses.Responses(data_cfg["responses"], rkey, bsz) if data_cfg.get("responses") else None
     t0 = time.perf_counter()
     writer, runner = data_writer(target, GEN_DTYPES[dtype_name])
     # a shard = one batch of similar-length prompts (little padding), saved on its own, so an interrupted
     # run resumes where it stopped. Shards are made in a seeded random order: a prefix of that order
     # (`data.max_shards`, or where `data.time_budget_s` stopped) is a random subset of the prompts.
     by_length = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    bsz = int(data_cfg.get("batch_size", 32))
     # a shard is one batch of `bsz` prompts, so shards cut at another batch size live apart (mixing them would
     # repeat some prompts and leave others out)
     shard_dir = out_dir / f"distill-{key}-rows{bsz}.shards"
@@ -247,7 +271,7 @@ def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_
     visit = torch.randperm(n_shards, generator=torch.Generator().manual_seed(seed)).tolist()
     max_shards = data_cfg.get("max_shards")
     budget = data_cfg.get("time_budget_s")
-    parts = []
+    parts, used = [], []
     for n_done, s in enumerate(visit[: n_shards if max_shards is None else min(n_shards, int(max_shards))]):
         shard = shard_dir / f"{s:04d}.pt"
         if not shard.exists():
@@ -255,14 +279,21 @@ def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_
                 print(f"distillation: data.time_budget_s={budget} reached after {n_done} of {n_shards} shards; "
                       f"training on those (reproduce with data.max_shards={n_done})", flush=True)
                 break
-            part = generate_distillation(writer, runner, [ids[i] for i in by_length[s * bsz : (s + 1) * bsz]],
-                                         max_new_tokens=int(data_cfg.get("max_new_tokens", 128)),
-                                         samples=int(data_cfg.get("samples", 1)),
-                                         temperature=float(data_cfg.get("temperature", 0.7)), batch_size=bsz,
-                                         layers=layers, eos_ids=eos_ids, seed=seed + s, progress=progress)
+            prompts_of_shard = [ids[i] for i in by_length[s * bsz : (s + 1) * bsz]]
+            if given is not None and s in given:
+                part = features_of(writer, runner, *given.sequences(s, prompts_of_shard, samples), layers=layers,
+                                   batch_size=min(bsz, PREFILL_ROWS), progress=progress)
+                how = f"from {given.path.name}'s responses"
+            else:
+                part = generate_distillation(writer, runner, prompts_of_shard,
+                                             max_new_tokens=int(data_cfg.get("max_new_tokens", 128)), samples=samples,
+                                             temperature=float(data_cfg.get("temperature", 0.7)), batch_size=bsz,
+                                             layers=layers, eos_ids=eos_ids, seed=seed + s, progress=progress)
+                how = "decoded"
             _save(part, shard)
-            print(f"distillation shard {n_done + 1}/{n_shards}: {time.perf_counter() - t0:.0f}s", flush=True)
+            print(f"distillation shard {n_done + 1}/{n_shards} ({how}): {time.perf_counter() - t0:.0f}s", flush=True)
         parts.append(_load(shard))
+        used.append(s)
     if writer is target:
         runner.allocate(1, 1)  # frees the target's cache; a bfloat16 copy's goes with it
     elif isinstance(runner, GraphedRunner):
@@ -272,6 +303,11 @@ def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_
     for part in parts:
         for name in ("tokens", "prompt_lengths", "hidden", "layer_hidden", "top1"):
             getattr(data, name).extend(getattr(part, name))
+    if data_cfg.get("export_responses"):
+        out = Path(str(data_cfg["export_responses"])).expanduser()
+        saved_responses.export(out, rkey, bsz, {s: (part.tokens, part.prompt_lengths) for s, part in zip(used, parts)})
+        print(f"responses of {len(used)} shards -> {out} ({out.stat().st_size / 2**20:.1f} MiB; data.responses "
+              "makes the set from them without decoding)", flush=True)
     n_tok = sum(len(t) for t in data.tokens)
     print(f"distillation set: {len(data)} sequences, {n_tok} tokens, {len(parts)} of {n_shards} shards of "
           f"{len(ids)} prompts ({time.perf_counter() - t0:.0f}s) in {shard_dir}", flush=True)

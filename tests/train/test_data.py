@@ -135,6 +135,35 @@ def test_each_data_dtype_keeps_its_own_shards_float32_where_it_was_and_a_bad_one
     assert not (tmp_path / "bad").exists() or not list((tmp_path / "bad").glob("distill-*"))
 
 
+def test_a_set_made_from_exported_responses_is_the_decoded_set(tmp_path, target, capsys):
+    """data.export_responses, then data.responses in an empty cache: a shard the file holds is made by one prefill of
+    its sequences (same tokens and prompt lengths, features within fp16 rounding, the same top-1), a shard it lacks
+    is decoded, and a head recording other layers reads the same file. A file of another set is refused."""
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(f'{{"prompt": "{"word " * (3 + 2 * i)}{i}", "chat": false}}\n' for i in range(7)))
+    cfg = dict(path=str(path), exclude_categories=[], max_new_tokens=5, samples=2, temperature=0.9, batch_size=3)
+    decoded = load_or_generate(tmp_path / "a", target, "tiny-llama", cfg, (0, 1), set(), 0, progress=False)
+    two = tmp_path / "two.npz"  # the responses of the first two shards (of three) only
+    load_or_generate(tmp_path / "a", target, "tiny-llama", {**cfg, "max_shards": 2, "export_responses": str(two)},
+                     (0, 1), set(), 0, progress=False)
+    capsys.readouterr()
+    rebuilt = load_or_generate(tmp_path / "b", target, "tiny-llama", {**cfg, "responses": str(two)}, (1,), set(), 0,
+                               progress=False)
+    printed = capsys.readouterr().out
+    assert printed.count("(from two.npz's responses)") == 2 and printed.count("(decoded)") == 1
+    assert len(rebuilt) == len(decoded) == 14
+    assert [t.tolist() for t in rebuilt.tokens] == [t.tolist() for t in decoded.tokens]
+    assert rebuilt.prompt_lengths == decoded.prompt_lengths
+    for name in ("hidden", "top1"):
+        for mine, theirs in zip(getattr(rebuilt, name), getattr(decoded, name)):
+            torch.testing.assert_close(mine.float(), theirs.float(), atol=2e-3, rtol=2e-3)
+    for mine, theirs in zip(rebuilt.layer_hidden, decoded.layer_hidden):  # layer 1 alone, recorded as (0, 1) there
+        torch.testing.assert_close(mine.float(), theirs[:, 1:].float(), atol=2e-3, rtol=2e-3)
+    with pytest.raises(ConfigError, match=r"data.responses=.*two.npz.* holds the responses of another set"):
+        load_or_generate(tmp_path / "c", target, "tiny-llama", {**cfg, "temperature": 0.5, "responses": str(two)},
+                         (1,), set(), 0, progress=False)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA-graph path of the writer needs CUDA")
 def test_the_bfloat16_writer_records_the_same_features_under_cuda_graphs_as_eagerly():
