@@ -4,7 +4,8 @@ Every results.json found under the given directories (Hydra multirun sweeps, sin
 folders of them) becomes one row: strategy, its settings, k, sampling, models, dataset, acceptance
 length and rate, mean TPOT of the baseline and the strategy, speedup and the T = 0 exact-match
 count. Written to <out>/report.md and report.csv (and printed), with PNG plots: acceptance length
-vs k and speedup vs k (one line per strategy, one panel per temperature) and per-position
+vs k and speedup vs k (one line per strategy, one panel per temperature; a bar at each point one job made, its 95%
+interval over prompts from results.json; the CSV holds the bounds) and per-position
 acceptance at each strategy's largest k. When the jobs' prompt sets have categories (MT-Bench,
 Spec-Bench), report.md also holds per-category acceptance length and speedup tables (rows = jobs,
 columns = categories), and report_by_category.csv the same in long form.
@@ -705,12 +706,27 @@ def _legend_below(fig, axes) -> None:
                    fontsize="small")
 
 
+def ci_bars(members: Sequence[Job], metric: str) -> list[tuple[int, float, float, float]]:
+    """(k, value, 95% low, 95% high) for each k that one job of `members` ran with an interval over prompts (repeated
+    jobs at a k are plotted as their mean, which has no such interval)."""
+    by_k: dict[int, list[Job]] = defaultdict(list)
+    for j in members:
+        by_k[j.row["k"]].append(j)
+    bars = []
+    for k, (j,) in ((k, js) for k, js in sorted(by_k.items()) if len(js) == 1):
+        low, high = j.row.get(f"{metric}_ci_low"), j.row.get(f"{metric}_ci_high")
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+            bars.append((k, j.row[metric], low, high))
+    return bars
+
+
 def _plot_vs_k(jobs: Sequence[Job], metric: str, ylabel: str, path: Path, ref_line: float | None) -> Path | None:
     groups = _grouped([j for j in jobs if isinstance(j.row[metric], (int, float)) and isinstance(j.row["k"], int)
                        and j.row["k"] > 0])  # target-only (k = 0) is the reference line, not a series
     if not groups:
         return None
-    fig, axes = _panels(list(groups), f"{ylabel} vs k")
+    with_bars = any(ci_bars(m, metric) for g in groups.values() for m in g.values())
+    fig, axes = _panels(list(groups), f"{ylabel} vs k" + ("\nbars: 95% interval over prompts" if with_bars else ""))
     for key, ax in axes.items():
         if key not in groups:
             continue
@@ -721,7 +737,10 @@ def _plot_vs_k(jobs: Sequence[Job], metric: str, ylabel: str, path: Path, ref_li
                 by_k[j.row["k"]].append(j.row[metric])
             ks = sorted(by_k)
             every_k.update(ks)
-            ax.plot(ks, [sum(by_k[k]) / len(by_k[k]) for k in ks], "o-", label=label)  # mean over repeated jobs
+            line, = ax.plot(ks, [sum(by_k[k]) / len(by_k[k]) for k in ks], "o-", label=label)  # mean over repeated jobs
+            if bars := ci_bars(members, metric):
+                ax.errorbar([b[0] for b in bars], [b[1] for b in bars], yerr=[[b[1] - b[2] for b in bars],
+                            [b[3] - b[1] for b in bars]], fmt="none", ecolor=line.get_color(), capsize=3, linewidth=1)
         if ref_line is not None:
             ax.axhline(ref_line, color="grey", linestyle="--", linewidth=1)
         ax.set_xlabel("k (draft tokens per step)")

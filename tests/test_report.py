@@ -325,3 +325,26 @@ def test_a_missing_directory_is_an_error_that_writes_nothing(tmp_path, capsys):
         main([str(missing)])
     assert e.value.code == 2 and f"no such directory: {missing}" in capsys.readouterr().err
     assert not missing.exists()
+
+
+def test_the_intervals_reach_the_csv_and_the_plots_bars(tmp_path):
+    """results.json's 95% intervals over prompts go to the CSV; a k one job ran gets a bar, a k two jobs ran (their
+    mean plotted) none; results from before the intervals have neither."""
+    from specbench.report import ci_bars, collect
+
+    for name, k, ci in (("a", 1, [1.1, 1.5]), ("b", 3, [1.4, 2.0]), ("c", 3, [1.5, 1.9]), ("d", 2, None)):
+        results = fake_results("fake_skip", k, 0.0, 2.0, 1.3 + 0.1 * k)
+        if ci:
+            results["speedup"]["ci95"] = ci
+            results["strategy"]["acceptance_length_ci95"] = [1.8, 2.2]
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(results))
+    jobs = collect([tmp_path]).jobs
+    a = next(j for j in jobs if j.row["k"] == 1)
+    assert (a.row["speedup_ci_low"], a.row["speedup_ci_high"], a.row["acceptance_length_ci_low"]) == (1.1, 1.5, 1.8)
+    assert ci_bars(jobs, "speedup") == [(1, pytest.approx(1.4), 1.1, 1.5)]  # k=3 ran twice, k=2 has no interval
+    assert ci_bars(jobs, "acceptance_length") == [(1, 2.0, 1.8, 2.2)]
+    build_report([tmp_path])
+    with open(tmp_path / "report.csv") as f:
+        rows = {r["k"]: r for r in csv.DictReader(f)}
+    assert rows["1"]["speedup_ci_low"] == "1.1" and rows["2"]["speedup_ci_low"] == ""
