@@ -84,6 +84,11 @@ class WandbLogger(NullLogger):
                     summary[f"{side}/{key}"] = value
         if results.get("speedup"):
             summary["speedup"] = results["speedup"]["speedup"]
+        # the 95% intervals over prompts (metrics.ratio_ci95), as two numbers each
+        for name, ci in (("speedup", (results.get("speedup") or {}).get("ci95")),
+                         ("strategy/acceptance_length", (results.get("strategy") or {}).get("acceptance_length_ci95"))):
+            if ci:
+                summary[f"{name}_ci95_low"], summary[f"{name}_ci95_high"] = ci
         for key, value in (speed_terms(results) or {}).items():
             summary[f"speed_model/{key}"] = value
         if results.get("exact_match"):

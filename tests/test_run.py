@@ -72,6 +72,23 @@ def test_wandb_offline_logging_writes_a_run(tmp_path: Path):
     assert list((tmp_path / "wandb").glob("offline-run-*")), "no offline W&B run directory"
 
 
+def test_the_wandb_summary_holds_the_figures_and_their_intervals(tmp_path: Path):
+    """A real (offline) W&B run's summary, read before it finishes, from a real run's results."""
+    from specbench.logging import WandbLogger
+
+    results = run(cfg(*TINY, "draft=self", "strategy.k=2", "sampling.temperature=1", f"+output_dir={tmp_path}")).results
+    logger = WandbLogger(tmp_path, {}, None, "summary-test")
+    try:
+        logger.log_results(results)
+        summary = dict(logger.run.summary)
+    finally:
+        logger.finish()
+    assert summary["speedup"] == results["speedup"]["speedup"]
+    assert [summary["speedup_ci95_low"], summary["speedup_ci95_high"]] == results["speedup"]["ci95"]
+    assert summary["strategy/acceptance_length"] == 3.0  # a self-draft accepts all k at T=1 too
+    assert summary["strategy/acceptance_length_ci95_low"] == summary["strategy/acceptance_length_ci95_high"] == 3.0
+
+
 BAD = [
     (["strategy=eagle_typo"], None),  # Hydra itself refuses an unknown config group option
     (["strategy.k=0"], "strategy.k=0 for strategy 'draft_model'; allowed: an integer >= 1"),
