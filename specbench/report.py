@@ -521,7 +521,9 @@ def study_section(study: Study) -> str:
         parts.append("\nNo trial finished with a value: the study has no best settings.")
     if best:
         r = best[0].job.row
-        parts.append(f"That job: acceptance length {_fmt(r['acceptance_length'])}, speedup {_fmt(r['speedup'])} (per prompt: "
+        ci = (f"95% interval over prompts {_fmt(r['speedup_ci_low'])}-{_fmt(r['speedup_ci_high'])}; "
+              if r.get("speedup_ci_low") is not None else "")
+        parts.append(f"That job: acceptance length {_fmt(r['acceptance_length'])}, speedup {_fmt(r['speedup'])} ({ci}per prompt: "
                      f"median {_fmt(r['speedup_per_prompt_median'])}, p90 {_fmt(r['speedup_per_prompt_p90'])}, "
                      f"n={r['n_prompts']}), strategy TPOT {_fmt(r['tpot_strategy_ms'])} ms vs {_fmt(r['tpot_baseline_ms'])} ms.")
     values = sorted(t.value for t in study.trials if t.value is not None)

@@ -8,6 +8,7 @@ best trial is the one with the largest k the sampler tried.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -118,6 +119,8 @@ def test_an_optuna_study_finds_the_best_settings_and_the_report_names_them(tmp_p
     assert "Maximizes `acceptance_length` (AL = 1 + accepted / drafts) over strategy.k: 5 trials asked, 5 finished." in text
     assert f"**Best settings** (optimization_results.yaml): `strategy.k={max(ks)}`, acceptance_length = {max(ks) + 1} (job {winner}" in text
     assert f"| 1    | {winner}   | {max(ks)}          | {max(ks) + 1}" in text  # ranked first in the trials' table
+    assert re.search(r"That job: acceptance length [\d.]+, speedup [\d.]+ \(95% interval over prompts [\d.]+-[\d.]+; "
+                     r"per prompt: median", text)
     assert "never started" not in text and "Jobs that never started are not listed" not in text  # no grid to expand
 
     # a study cut short: no optimization_results.yaml, one trial never started; the best so far is still named
