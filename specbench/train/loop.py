@@ -235,7 +235,7 @@ def _evaluate(trainer: Trainer, data: DistillData, ids: list[int], token_loss: T
     return {f"val/{k}": v for k, v in metrics.items()}
 
 
-def summary(step: int, recent: list[dict[str, float]], held_out: dict[str, float], val_sequences: int) -> str:
+def summary(step: int, recent: list[Mapping[str, float]], held_out: dict[str, float], val_sequences: int) -> str:
     """The run's closing table: each training metric's mean over the last `len(recent)` batches beside its value on
     the held-out sequences at the last validation (`held_out`, keys "val/<metric>"; empty when none ran). Equal
     columns mean the drafter does as well on sequences it has not seen as on those it trains on."""
@@ -360,7 +360,7 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     bar = tqdm(total=steps, initial=step, desc=f"train {s.get('name')}", dynamic_ncols=True, mininterval=2.0)
     stop_after = int(t.get("stop_after") or steps)  # stop early with the schedule of `steps` (reproduces a cut run)
     budget = t.get("time_budget_s")  # wall-clock cap on this run's training (the data has its own)
-    recent: deque[dict[str, float]] = deque(maxlen=100)  # the last batches' metrics, for the closing table
+    recent: deque[Mapping[str, float]] = deque(maxlen=100)  # the last batches' metrics, for the closing table
     held_out: dict[str, float] = {}
     stop = _StopOnSigterm()
     try:
@@ -372,18 +372,18 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if clip:
-                metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, clip))
+                metrics["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, clip)
             opt.step()
             step += 1
-            recent.append(metrics)
+            recent.append(metrics)  # read back (one wait for the device) only where a line of them is written
             if step % log_every == 0 or step in (steps, stop_after):
                 log(step, {**metrics, "lr": opt.param_groups[0]["lr"], "epoch": step / per_epoch,
                            "elapsed_s": time.perf_counter() - t0})
+                bar.set_postfix({k: f"{v:.3f}" for k, v in metrics.items() if k == "loss" or k.startswith("acc_")})
             if stop.signum is not None:  # before anything is printed: the pipe it prints to may be gone with it
                 _save_state(trainer, opt, step, last, log.run_id)
                 break
             bar.update(1)
-            bar.set_postfix({k: f"{v:.3f}" for k, v in metrics.items() if k == "loss" or k.startswith("acc_")})
             out_of_time = budget is not None and time.perf_counter() - t0 > float(budget) and step < min(steps, stop_after)
             if step % save_every == 0 or step in (steps, stop_after) or out_of_time:
                 if val_ids:

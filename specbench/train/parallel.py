@@ -30,7 +30,7 @@ from specbench.errors import ConfigError, require_int
 from specbench.models.loading import LoadedModel
 from specbench.strategies.checkpoints import read_weights
 from specbench.strategies.parallel import ParallelConfig, default_mask_token_id, draft_from_target, save_parallel
-from specbench.train.drafters import Batch, TokenLoss, Trainer, sample_positions
+from specbench.train.drafters import Batch, Metrics, TokenLoss, Trainer, sample_positions
 
 
 def cut_inputs(tokens: torch.Tensor, cols: torch.Tensor, k: int, mask_id: int) -> tuple[torch.Tensor, torch.Tensor,
@@ -95,7 +95,7 @@ class ParallelTrainer(Trainer):
                                   hidden_size=hf.config.hidden_size, vocab_size=vocab, shares_embeddings=shares,
                                   target=target_label)
 
-    def loss(self, batch: Batch, token_loss: TokenLoss, positions: int, g: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, batch: Batch, token_loss: TokenLoss, positions: int, g: torch.Generator) -> tuple[torch.Tensor, Metrics]:
         model, k = self.module, self.k
         bsz, n = batch.tokens.shape
         pos = torch.arange(n - 1, device=batch.tokens.device).expand(bsz, n - 1)
@@ -108,14 +108,14 @@ class ParallelTrainer(Trainer):
         labels = batch.top1.gather(1, at.reshape(bsz, -1).clamp(max=n - 2)).reshape(at.shape)
         valid = ok[..., None] & (at <= batch.lengths[:, None, None] - 2)
         total = torch.zeros((), device=hidden.device)
-        metrics: dict[str, float] = {}
+        metrics = Metrics()
         for j in range(k):
             sel = hidden.gather(1, read[..., j, None].expand(-1, -1, hidden.shape[-1]))[valid[..., j]]  # [M, H]
             ce, correct = token_loss(model.get_output_embeddings(), sel, labels[..., j][valid[..., j]])
             total = total + ce / k
-            metrics[f"token_loss_{j + 1}"] = float(ce.detach())
-            metrics[f"acc_{j + 1}"] = float(correct.float().mean()) if correct.numel() else 0.0
-        metrics["loss"] = float(total.detach())
+            metrics[f"token_loss_{j + 1}"] = ce
+            metrics[f"acc_{j + 1}"] = correct.float().mean() if correct.numel() else 0.0
+        metrics["loss"] = total
         return total, metrics
 
     def save(self, directory: Path) -> None:

@@ -173,6 +173,41 @@ def test_the_draft_vocab_loss_leaves_out_labels_outside_it_and_counts_them_wrong
     assert float(ce.detach()) == 0 and ce.requires_grad and not correct.any()
 
 
+def test_metrics_are_read_back_together_on_first_read(monkeypatch):
+    """Metrics: tensors stay on the device until one is read; then all of them come back in one transfer (one
+    torch.stack), as the floats float() gave; a value set after that is read again."""
+    from specbench.train.drafters import Metrics
+
+    stacks = []
+    real_stack = torch.stack
+    monkeypatch.setattr(torch, "stack", lambda *a, **k: stacks.append(1) or real_stack(*a, **k))
+    m = Metrics()
+    m["loss"], m["acc_1"], m["fixed"] = torch.tensor(1.25, requires_grad=True) * 1, torch.tensor([0.1]).sum(), 0.5
+    assert not stacks and list(m) == ["loss", "acc_1", "fixed"]
+    assert (m["acc_1"], m["loss"], dict(m)) == (float(torch.tensor(0.1)), 1.25, {"loss": 1.25, "acc_1": m["acc_1"],
+                                                                                "fixed": 0.5})
+    assert len(stacks) == 1
+    m["grad_norm"] = torch.tensor(3.0)
+    assert m["grad_norm"] == 3.0 and len(stacks) == 2
+
+
+def test_an_eagle_loss_reads_no_metric_back_until_asked():
+    """On a GPU each read-back waits for the device. A 3-step unrolled EAGLE loss reads back only its token loss's
+    one check a step (whether any label is scored), never a metric (13 read-backs a call before Metrics)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    target = tiny("tiny-llama")
+    trainer = EagleTrainer(target, "tiny-llama", (), unroll=3)
+    data = _data([[i % 7 for i in range(9)], [i % 5 for i in range(7)]])
+    token_loss = trainer.prepare(data, [0, 1], 0, CPU, None)
+    batch = make_batch(data, [0, 1], CPU, False)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        total, metrics = trainer.loss(batch, token_loss, 0, torch.Generator().manual_seed(0))
+    items = sum(e.count for e in prof.key_averages() if e.key == "aten::item")
+    assert items == 3, items
+    assert metrics["loss"] == float(total.detach()) and 0 <= metrics["acc_3"] <= 1
+
+
 def test_the_eagle_loss_with_a_draft_vocab_depends_on_inside_labels_only():
     target = tiny("tiny-llama")
     trainer = EagleTrainer(target, "tiny-llama", (), unroll=2, draft_vocab=5, soft_labels=False)  # labels matter
