@@ -20,7 +20,8 @@ them); timings are reported per prompt with their spread: mean, median, p90, p99
 95% intervals (`acceptance_length_ci95`, speedup's `ci95`): percentile bootstrap over the prompts (CI_RESAMPLES
 resamples of as many prompts, drawn with replacement from a generator seeded with CI_SEED, so the same results give
 the same interval), each figure recomputed as above on every resample; the speedup's resamples take a prompt's
-baseline and strategy TPOT together. They say how much the figure depends on which prompts were drawn; how much
+baseline and strategy TPOT together, and `paired_difference_ci` (two jobs' AL on the same prompts, for
+`specbench.report --against`) a prompt's two jobs together. They say how much the figure depends on which prompts were drawn; how much
 timings vary between runs of the same prompts is not in them.
 
 OBJECTIVES: the one number per job that a settings optimizer (`-m hydra/sweeper=specbench_optuna`)
@@ -48,6 +49,18 @@ CI_SEED = 0
 def _resampled(n: int) -> np.ndarray:
     """[CI_RESAMPLES, n] prompt indices drawn with replacement, the same for the same n."""
     return np.random.default_rng(CI_SEED).integers(0, n, size=(CI_RESAMPLES, n))
+
+
+def paired_difference_ci(num_a: Sequence[float], den_a: Sequence[float], num_b: Sequence[float],
+                         den_b: Sequence[float]) -> list[float] | None:
+    """95% bootstrap interval of sum(num_b) / sum(den_b) - sum(num_a) / sum(den_a) over prompts, row i of a and of b
+    being the same prompt (resampled together): how two jobs' AL differ on the prompts both ran. None below 2."""
+    a_num, a_den, b_num, b_den = (np.asarray(v, dtype=np.float64) for v in (num_a, den_a, num_b, den_b))
+    if a_num.size < 2 or not a_num.size == a_den.size == b_num.size == b_den.size:
+        return None
+    idx = _resampled(a_num.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _interval(b_num[idx].sum(1) / b_den[idx].sum(1) - a_num[idx].sum(1) / a_den[idx].sum(1))
 
 
 def _interval(values: np.ndarray) -> list[float] | None:

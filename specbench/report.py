@@ -45,7 +45,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from specbench.metrics import speed_terms
+from specbench.metrics import paired_difference_ci, speed_terms
 
 COLUMNS = ("job", "strategy", "settings", "k", "temperature", "top_k", "top_p", "target", "draft", "dataset",
            "n_prompts", "batch_size", "nodes_per_step", "mean_k", "acceptance_length", "al_per_verified_token", "acceptance_rate",
@@ -784,8 +784,52 @@ def _plot_per_position(jobs: Sequence[Job], path: Path) -> Path | None:
 # --- the report --------------------------------------------------------------------------------
 
 
-def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None) -> ReportFiles:
-    """Collect, write report.md / report.csv / plots into `out_dir` (default: the first root) and return them."""
+def per_prompt_acceptance(job_dir: Path) -> list[tuple[str, int, int]] | None:
+    """(prompt id, accepted tokens, drafts) of each prompt in a job's outputs.jsonl, in its order; None without one."""
+    path = Path(job_dir) / "outputs.jsonl"
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [(str(r["prompt_id"]), int(r["metrics"]["accepted_tokens"]), int(r["metrics"]["drafts"])) for r in rows]
+
+
+def against_section(jobs: Sequence[Job], reference: Path) -> str:
+    """report.md's comparison of every job with `reference` (a job directory) on the prompts both ran: each job's AL
+    minus the reference's, with a 95% interval from resampling the prompts in pairs (metrics.paired_difference_ci).
+    A job whose outputs.jsonl is missing or holds other prompts is listed as such."""
+    ref = per_prompt_acceptance(reference)
+    if ref is None:
+        return f"## AL against {reference}\n\n{reference} has no outputs.jsonl: nothing to compare against."
+    ref_ids = [p for p, _, _ in ref]
+    ref_al = 1 + sum(a for _, a, _ in ref) / max(1, sum(d for _, _, d in ref))
+    rows, other = [], []
+    for j in jobs:
+        if j.path.resolve() == Path(reference).resolve():
+            continue
+        mine = per_prompt_acceptance(j.path)
+        if mine is None or [p for p, _, _ in mine] != ref_ids:
+            other.append(f"{j.label} ({'no outputs.jsonl' if mine is None else 'other prompts'})")
+            continue
+        al = 1 + sum(a for _, a, _ in mine) / max(1, sum(d for _, _, d in mine))
+        ci = paired_difference_ci([a for _, a, _ in ref], [d for _, _, d in ref], [a for _, a, _ in mine],
+                                  [d for _, _, d in mine])
+        rows.append([j.label, j.row["strategy"], f"{al:.3f}", f"{al - ref_al:+.4f}",
+                     "-" if ci is None else f"{ci[0]:+.4f} to {ci[1]:+.4f}", str(len(ref_ids))])
+    text = [f"## AL against {reference} (AL {ref_al:.3f}), paired over the same prompts", "",
+            "Each job's AL minus the reference's on the same prompts; the interval resamples the prompts, each "
+            "with both jobs' counts (95%, percentile bootstrap, seeded): how much the difference depends on which "
+            "prompts were drawn.", ""]
+    text.append(markdown_table(["job", "strategy", "AL", "difference", "95% interval", "prompts"], rows) if rows
+                else "No other job ran the reference's prompts.")
+    if other:
+        text.append("\nNot compared: " + ", ".join(other))
+    return "\n".join(text)
+
+
+def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None,
+                 against: Path | str | None = None) -> ReportFiles:
+    """Collect, write report.md / report.csv / plots into `out_dir` (default: the first root) and return them; with
+    `against` (a job directory) also each job's AL against that job's, paired over the prompts both ran."""
     roots = [Path(r) for r in roots]
     out = Path(out_dir) if out_dir is not None else roots[0]
     out.mkdir(parents=True, exist_ok=True)
@@ -831,6 +875,8 @@ def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None)
     if found.unreadable:
         parts.append(f"\n{len(found.unreadable)} unreadable, skipped:")
         parts += [f"- {p}: {why}" for p, why in found.unreadable]
+    if against is not None:
+        parts.append("\n" + against_section(found.jobs, Path(against)))
     cat_md, cat_rows = category_tables(found.jobs)
     text = "\n".join(parts) + "\n"
     if cat_md:
@@ -891,12 +937,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="+", type=Path, help="directories to search for results.json (recursively)")
     parser.add_argument("--out", type=Path, default=None, help="where to write report.md, report.csv and plots "
                                                                "(default: the first directory)")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="a job directory: every job's AL against its, paired over the prompts both ran, with a "
+                             "95%% interval")
     args = parser.parse_args(argv)
+    if args.against is not None and not (args.against / "outputs.jsonl").is_file():
+        parser.error(f"--against {args.against}: no outputs.jsonl there; give a job's directory (it holds "
+                     "results.json and outputs.jsonl)")
     missing = [str(d) for d in args.dirs if not d.is_dir()]
     if missing:  # a mistyped sweep directory: say so, write nothing (the default --out is the first directory)
         parser.error(f"no such directory: {', '.join(missing)}; give the sweep's directory (multirun/<date>/<time>) "
                      f"or a job's")
-    files = build_report(args.dirs, args.out)
+    files = build_report(args.dirs, args.out, args.against)
     _print_report(files)
     return 0 if files.collected.jobs else 1
 

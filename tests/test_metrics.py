@@ -121,3 +121,13 @@ def test_summaries_carry_the_al_interval_and_target_only_has_none():
     low, high = out["acceptance_length_ci95"]
     assert low < out["acceptance_length"] < high
     assert summarize([prompt_metrics(row_result(0, 0, 0, []))] * 3)["acceptance_length_ci95"] is None
+
+
+def test_the_paired_difference_interval_is_zero_for_equal_jobs_and_needs_two_prompts():
+    from specbench.metrics import paired_difference_ci
+
+    acc, drafts = [3, 30, 7, 12, 0], [10, 10, 5, 8, 4]
+    assert paired_difference_ci(acc, drafts, acc, drafts) == [0.0, 0.0]
+    low, high = paired_difference_ci(acc, drafts, [a + 1 for a in acc], drafts)  # one more token a prompt
+    assert 0 < low < 5 / 37 < high < 0.25  # better on every prompt: the interval stays above 0
+    assert paired_difference_ci(acc[:1], drafts[:1], acc[:1], drafts[:1]) is None

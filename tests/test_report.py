@@ -348,3 +348,37 @@ def test_the_intervals_reach_the_csv_and_the_plots_bars(tmp_path):
     with open(tmp_path / "report.csv") as f:
         rows = {r["k"]: r for r in csv.DictReader(f)}
     assert rows["1"]["speedup_ci_low"] == "1.1" and rows["2"]["speedup_ci_low"] == ""
+
+
+def _job_with_outputs(root: Path, name: str, counts: list[tuple[str, int, int]], k: int = 3) -> Path:
+    """A job directory: fake results.json, and outputs.jsonl with these (prompt id, accepted, drafts) per prompt."""
+    job = root / name
+    job.mkdir(parents=True)
+    al = 1 + sum(a for _, a, _ in counts) / sum(d for _, _, d in counts)
+    (job / "results.json").write_text(json.dumps(fake_results("eagle", k, 0.0, al, 1.5)))
+    (job / "outputs.jsonl").write_text("".join(json.dumps({"prompt_id": p, "metrics": {"accepted_tokens": a, "drafts": d}})
+                                               + "\n" for p, a, d in counts))
+    return job
+
+
+def test_against_a_job_each_jobs_al_difference_is_paired_over_the_same_prompts(tmp_path, capsys):
+    """Prompt difficulty varies tenfold and job b accepts exactly one token more a draft than a on every prompt: the
+    paired interval is the difference itself; c differs on one prompt only; d ran other prompts and is not compared."""
+    ids = [f"p{i}" for i in range(12)]
+    a = _job_with_outputs(tmp_path, "a", [(p, 2 + 20 * (i % 2), 10) for i, p in enumerate(ids)])
+    _job_with_outputs(tmp_path, "b", [(p, 12 + 20 * (i % 2), 10) for i, p in enumerate(ids)])
+    _job_with_outputs(tmp_path, "c", [(p, 2 + 20 * (i % 2) + 5 * (i == 3), 10) for i, p in enumerate(ids)])
+    _job_with_outputs(tmp_path, "d", [(p + "x", 3, 10) for p in ids])
+    assert main([str(tmp_path), "--against", str(a)]) == 0
+    md = (tmp_path / "report.md").read_text()
+    assert f"## AL against {a} (AL 2.200), paired over the same prompts" in md
+    row = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in md.splitlines()
+           if line.startswith("| ") and line.count("|") == 7}
+    assert row["b"] == ["eagle", "3.200", "+1.0000", "+1.0000 to +1.0000", "12"]
+    low, high = (float(x) for x in row["c"][3].split(" to "))
+    # 5 tokens more over 120 drafts, on one prompt: a resample without it gains nothing, one with it 3 times 0.125
+    assert row["c"][2] == "+0.0417" and low == 0.0 and 0.0417 < high <= 0.125
+    assert "Not compared: d (other prompts)" in md
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--against", str(tmp_path / "nope")])
+    assert "--against" in capsys.readouterr().err
