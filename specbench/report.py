@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import io
 import json
 import math
@@ -785,11 +786,13 @@ def _plot_per_position(jobs: Sequence[Job], path: Path) -> Path | None:
 
 
 def per_prompt_acceptance(job_dir: Path) -> list[tuple[str, int, int]] | None:
-    """(prompt id, accepted tokens, drafts) of each prompt in a job's outputs.jsonl, in its order; None without one."""
-    path = Path(job_dir) / "outputs.jsonl"
-    if not path.is_file():
+    """(prompt id, accepted tokens, drafts) of each prompt in a job's outputs.jsonl (or outputs.jsonl.gz, as an
+    archived sweep may keep it), in its order; None without one."""
+    path = next((p for p in (Path(job_dir) / "outputs.jsonl", Path(job_dir) / "outputs.jsonl.gz") if p.is_file()), None)
+    if path is None:
         return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     return [(str(r["prompt_id"]), int(r["metrics"]["accepted_tokens"]), int(r["metrics"]["drafts"])) for r in rows]
 
 
@@ -813,13 +816,13 @@ def against_section(jobs: Sequence[Job], reference: Path) -> str:
         al = 1 + sum(a for _, a, _ in mine) / max(1, sum(d for _, _, d in mine))
         ci = paired_difference_ci([a for _, a, _ in ref], [d for _, _, d in ref], [a for _, a, _ in mine],
                                   [d for _, _, d in mine])
-        rows.append([j.label, j.row["strategy"], f"{al:.3f}", f"{al - ref_al:+.4f}",
+        rows.append([j.label, j.row["strategy"], _fmt(j.row["k"]), _fmt(j.row["temperature"]), f"{al:.3f}", f"{al - ref_al:+.4f}",
                      "-" if ci is None else f"{ci[0]:+.4f} to {ci[1]:+.4f}", str(len(ref_ids))])
     text = [f"## AL against {reference} (AL {ref_al:.3f}), paired over the same prompts", "",
             "Each job's AL minus the reference's on the same prompts; the interval resamples the prompts, each "
             "with both jobs' counts (95%, percentile bootstrap, seeded): how much the difference depends on which "
             "prompts were drawn.", ""]
-    text.append(markdown_table(["job", "strategy", "AL", "difference", "95% interval", "prompts"], rows) if rows
+    text.append(markdown_table(["job", "strategy", "k", "temperature", "AL", "difference", "95% interval", "prompts"], rows) if rows
                 else "No other job ran the reference's prompts.")
     if other:
         text.append("\nNot compared: " + ", ".join(other))
@@ -941,8 +944,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a job directory: every job's AL against its, paired over the prompts both ran, with a "
                              "95%% interval")
     args = parser.parse_args(argv)
-    if args.against is not None and not (args.against / "outputs.jsonl").is_file():
-        parser.error(f"--against {args.against}: no outputs.jsonl there; give a job's directory (it holds "
+    if args.against is not None and per_prompt_acceptance(args.against) is None:
+        parser.error(f"--against {args.against}: no outputs.jsonl (or .gz) there; give a job's directory (it holds "
                      "results.json and outputs.jsonl)")
     missing = [str(d) for d in args.dirs if not d.is_dir()]
     if missing:  # a mistyped sweep directory: say so, write nothing (the default --out is the first directory)

@@ -7,6 +7,7 @@ the end-to-end test runs a real 2-job Hydra multirun of the ngram strategy on a 
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import os
 import subprocess
@@ -369,15 +370,18 @@ def test_against_a_job_each_jobs_al_difference_is_paired_over_the_same_prompts(t
     _job_with_outputs(tmp_path, "b", [(p, 12 + 20 * (i % 2), 10) for i, p in enumerate(ids)])
     _job_with_outputs(tmp_path, "c", [(p, 2 + 20 * (i % 2) + 5 * (i == 3), 10) for i, p in enumerate(ids)])
     _job_with_outputs(tmp_path, "d", [(p + "x", 3, 10) for p in ids])
+    c = tmp_path / "c" / "outputs.jsonl"  # an archived sweep's outputs, compressed: read the same
+    (c.parent / "outputs.jsonl.gz").write_bytes(gzip.compress(c.read_bytes()))
+    c.unlink()
     assert main([str(tmp_path), "--against", str(a)]) == 0
     md = (tmp_path / "report.md").read_text()
     assert f"## AL against {a} (AL 2.200), paired over the same prompts" in md
     row = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in md.splitlines()
-           if line.startswith("| ") and line.count("|") == 7}
-    assert row["b"] == ["eagle", "3.200", "+1.0000", "+1.0000 to +1.0000", "12"]
-    low, high = (float(x) for x in row["c"][3].split(" to "))
+           if line.startswith("| ") and line.count("|") == 9}
+    assert row["b"] == ["eagle", "3", "0", "3.200", "+1.0000", "+1.0000 to +1.0000", "12"]
+    low, high = (float(x) for x in row["c"][5].split(" to "))
     # 5 tokens more over 120 drafts, on one prompt: a resample without it gains nothing, one with it 3 times 0.125
-    assert row["c"][2] == "+0.0417" and low == 0.0 and 0.0417 < high <= 0.125
+    assert row["c"][4] == "+0.0417" and low == 0.0 and 0.0417 < high <= 0.125
     assert "Not compared: d (other prompts)" in md
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--against", str(tmp_path / "nope")])
