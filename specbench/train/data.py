@@ -306,8 +306,8 @@ def load_or_generate(out_dir: Path, target: LoadedModel, target_name: str, data_
     if data_cfg.get("export_responses"):
         out = Path(str(data_cfg["export_responses"])).expanduser()
         saved_responses.export(out, rkey, bsz, {s: (part.tokens, part.prompt_lengths) for s, part in zip(used, parts)})
-        print(f"responses of {len(used)} shards -> {out} ({out.stat().st_size / 2**20:.1f} MiB; data.responses "
-              "makes the set from them without decoding)", flush=True)
+        print(f"distillation responses of {len(used)} shards -> {out} ({out.stat().st_size / 2**20:.1f} MiB; "
+              "data.responses makes the set from them without decoding)", flush=True)
     n_tok = sum(len(t) for t in data.tokens)
     print(f"distillation set: {len(data)} sequences, {n_tok} tokens, {len(parts)} of {n_shards} shards of "
           f"{len(ids)} prompts ({time.perf_counter() - t0:.0f}s) in {shard_dir}", flush=True)
