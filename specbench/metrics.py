@@ -21,8 +21,8 @@ them); timings are reported per prompt with their spread: mean, median, p90, p99
 resamples of as many prompts, drawn with replacement from a generator seeded with CI_SEED, so the same results give
 the same interval), each figure recomputed as above on every resample; the speedup's resamples take a prompt's
 baseline and strategy TPOT together, and `paired_difference_ci` (two jobs' AL on the same prompts, for
-`specbench.report --against`) a prompt's two jobs together. They say how much the figure depends on which prompts were drawn; how much
-timings vary between runs of the same prompts is not in them.
+`specbench.report --against`) a prompt's two jobs together. They say how much the figure depends on which prompts
+were drawn; how much timings vary between runs of the same prompts is not in them.
 
 OBJECTIVES: the one number per job that a settings optimizer (`-m hydra/sweeper=specbench_optuna`)
 maximizes, read from results.json (the `objective` setting picks one; every one is better when higher).

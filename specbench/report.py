@@ -785,15 +785,21 @@ def _plot_per_position(jobs: Sequence[Job], path: Path) -> Path | None:
 # --- the report --------------------------------------------------------------------------------
 
 
-def per_prompt_acceptance(job_dir: Path) -> list[tuple[str, int, int]] | None:
-    """(prompt id, accepted tokens, drafts) of each prompt in a job's outputs.jsonl (or outputs.jsonl.gz, as an
-    archived sweep may keep it), in its order; None without one."""
-    path = next((p for p in (Path(job_dir) / "outputs.jsonl", Path(job_dir) / "outputs.jsonl.gz") if p.is_file()), None)
+def _outputs_file(job_dir: Path) -> Path | None:
+    """A job's outputs.jsonl, or outputs.jsonl.gz as an archived sweep may keep it; None without either."""
+    return next((p for p in (Path(job_dir) / "outputs.jsonl", Path(job_dir) / "outputs.jsonl.gz") if p.is_file()), None)
+
+
+def per_prompt_acceptance(job_dir: Path) -> tuple[list[str], list[int], list[int]] | None:
+    """A job's prompt ids, accepted tokens and drafts, one each per prompt in its outputs file's order; None without
+    one."""
+    path = _outputs_file(job_dir)
     if path is None:
         return None
     text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
     rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    return [(str(r["prompt_id"]), int(r["metrics"]["accepted_tokens"]), int(r["metrics"]["drafts"])) for r in rows]
+    return ([str(r["prompt_id"]) for r in rows], [int(r["metrics"]["accepted_tokens"]) for r in rows],
+            [int(r["metrics"]["drafts"]) for r in rows])
 
 
 def against_section(jobs: Sequence[Job], reference: Path) -> str:
@@ -803,27 +809,31 @@ def against_section(jobs: Sequence[Job], reference: Path) -> str:
     ref = per_prompt_acceptance(reference)
     if ref is None:
         return f"## AL against {reference}\n\n{reference} has no outputs.jsonl: nothing to compare against."
-    ref_ids = [p for p, _, _ in ref]
-    ref_al = 1 + sum(a for _, a, _ in ref) / max(1, sum(d for _, _, d in ref))
+
+    def al(accepted: list[int], drafts: list[int]) -> float:  # metrics.summarize's AL
+        return 1 + sum(accepted) / max(1, sum(drafts))
+
+    ref_ids, ref_accepted, ref_drafts = ref
+    ref_al = al(ref_accepted, ref_drafts)
     rows, other = [], []
     for j in jobs:
         if j.path.resolve() == Path(reference).resolve():
             continue
         mine = per_prompt_acceptance(j.path)
-        if mine is None or [p for p, _, _ in mine] != ref_ids:
+        if mine is None or mine[0] != ref_ids:
             other.append(f"{j.label} ({'no outputs.jsonl' if mine is None else 'other prompts'})")
             continue
-        al = 1 + sum(a for _, a, _ in mine) / max(1, sum(d for _, _, d in mine))
-        ci = paired_difference_ci([a for _, a, _ in ref], [d for _, _, d in ref], [a for _, a, _ in mine],
-                                  [d for _, _, d in mine])
-        rows.append([j.label, j.row["strategy"], _fmt(j.row["k"]), _fmt(j.row["temperature"]), f"{al:.3f}", f"{al - ref_al:+.4f}",
+        _, accepted, drafts = mine
+        ci = paired_difference_ci(ref_accepted, ref_drafts, accepted, drafts)
+        rows.append([j.label, j.row["strategy"], _fmt(j.row["k"]), _fmt(j.row["temperature"]),
+                     f"{al(accepted, drafts):.3f}", f"{al(accepted, drafts) - ref_al:+.4f}",
                      "-" if ci is None else f"{ci[0]:+.4f} to {ci[1]:+.4f}", str(len(ref_ids))])
     text = [f"## AL against {reference} (AL {ref_al:.3f}), paired over the same prompts", "",
             "Each job's AL minus the reference's on the same prompts; the interval resamples the prompts, each "
             "with both jobs' counts (95%, percentile bootstrap, seeded): how much the difference depends on which "
             "prompts were drawn.", ""]
-    text.append(markdown_table(["job", "strategy", "k", "temperature", "AL", "difference", "95% interval", "prompts"], rows) if rows
-                else "No other job ran the reference's prompts.")
+    text.append(markdown_table(["job", "strategy", "k", "temperature", "AL", "difference", "95% interval", "prompts"],
+                               rows) if rows else "No other job ran the reference's prompts.")
     if other:
         text.append("\nNot compared: " + ", ".join(other))
     return "\n".join(text)
@@ -944,7 +954,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a job directory: every job's AL against its, paired over the prompts both ran, with a "
                              "95%% interval")
     args = parser.parse_args(argv)
-    if args.against is not None and per_prompt_acceptance(args.against) is None:
+    if args.against is not None and _outputs_file(args.against) is None:
         parser.error(f"--against {args.against}: no outputs.jsonl (or .gz) there; give a job's directory (it holds "
                      "results.json and outputs.jsonl)")
     missing = [str(d) for d in args.dirs if not d.is_dir()]

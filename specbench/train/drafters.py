@@ -43,7 +43,7 @@ from specbench.train.data import DistillData
 class Metrics(MutableMapping):
     """A step's metrics (name -> 0-dim tensor or number) as the device computed them: the first read brings every
     tensor to the host in one transfer, so a step waits for its device once when its metrics are read, and not at
-    all when they are not (a float() per metric was a wait each: 35 a step for the 2-layer recipe)."""
+    all when they are not (a float() per metric was a wait each: 13 in a 3-step unrolled EAGLE loss)."""
 
     def __init__(self) -> None:
         self._values: dict[str, torch.Tensor | float] = {}

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -69,9 +70,6 @@ class Responses:
 
     def __contains__(self, shard: int) -> bool:
         return shard in self.shards
-
-    def __len__(self) -> int:
-        return len(self.shards)
 
     def sequences(self, shard: int, prompt_ids: list[list[int]], samples: int) -> tuple[list[list[int]], list[int]]:
         """The shard's sequences (prompt + response, in the set's order) and their prompt lengths, the prompts being

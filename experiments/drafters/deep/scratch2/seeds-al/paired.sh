@@ -17,10 +17,10 @@ for job in sorted(Path(sys.argv[1]).iterdir(), key=lambda p: int(p.name) if p.na
     if not (job / "results.json").is_file():
         continue
     run = json.loads((job / "results.json").read_text())["run"]
-    rows = per_prompt_acceptance(job)
-    al = 1 + sum(a for _, a, _ in rows) / sum(d for _, _, d in rows)
-    low, high = ratio_ci95([a for _, a, _ in rows], [d for _, _, d in rows], 1.0)
+    ids, accepted, drafts = per_prompt_acceptance(job)
+    al = 1 + sum(accepted) / sum(drafts)
+    low, high = ratio_ci95(accepted, drafts, 1.0)
     head = "/".join(Path(run["checkpoint"]["given"]).parts[-2:])
     print(f"job {job.name}: {run['dataset']} T={run['temperature']} {head}: AL {al:.3f}, 95% interval over its "
-          f"{len(rows)} prompts {low:.3f}-{high:.3f}")
+          f"{len(ids)} prompts {low:.3f}-{high:.3f}")
 PY
