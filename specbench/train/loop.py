@@ -394,10 +394,10 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
                 print(f"train.time_budget_s={budget} reached at step {step} of {steps}; the same weights again: "
                       f"train.steps={steps} train.stop_after={step}", flush=True)
                 break
-    finally:
+    finally:  # also when a step raises: a sweep's next job in this process inherits no handler and no thread
         stop.restore()
+        batches.close()
     bar.close()
-    batches.close()
     if stop.signum is not None:
         log.finish()
         stop.exit(step, steps, last)
