@@ -11,6 +11,10 @@
   than i + 1 tokens counts as not accepting position i.
 - TTFT: request start to first output token. TPOT = (latency - TTFT) / (output_tokens - 1).
   ITL: gaps between emissions (one emission may hold several tokens).
+- tokens_per_step (a prompt's, in outputs.jsonl): the tokens each decode step committed, in order (that step's
+  accepted drafts + 1; fewer where max_new_tokens or EOS cut the step). `al_by_position` reads AL over stretches of
+  the response from it: a step counts in the stretch holding its first token (the response's position 0 is the
+  prefill's token), and each prompt's last step is left out, since a cut step kept fewer tokens than it accepted.
 - output_tokens_per_s; speedup = baseline TPOT / strategy TPOT on the same prompts;
   time split: draft, verify, other.
 
@@ -110,6 +114,7 @@ def prompt_metrics(row: RowResult) -> dict[str, Any]:
         "tpot_ms": tpot * 1e3,
         "latency_ms": row.latency_s * 1e3,
         "itl_ms": [(b - a) * 1e3 for a, b in zip(times, times[1:])],
+        "tokens_per_step": [n for _, n in row.emissions[1:]],  # emissions[0]: the prefill's token
         "output_tokens_per_s": out_tokens / row.latency_s if row.latency_s > 0 else None,
         "finished_by": row.finished_by,
     }
@@ -190,6 +195,30 @@ def speedup(baseline: Sequence[dict[str, Any]], strategy: Sequence[dict[str, Any
     return {"speedup": mean_b / mean_s if mean_b and mean_s else None,
             "ci95": ratio_ci95([b for b, _ in pairs], [s for _, s in pairs]),
             "per_prompt": spread([b / s for b, s in pairs])}
+
+
+POSITION_STARTS = (0, 64, 128, 256, 512, 1024, 2048)  # al_by_position's stretches of a response, the last open
+
+
+def al_by_position(steps_per_prompt: Sequence[Sequence[int]],
+                   starts: Sequence[int] = POSITION_STARTS) -> list[dict[str, Any]]:
+    """AL over stretches of the responses, from each prompt's tokens_per_step (the module docstring says what a step
+    counts in): one entry per stretch [start, end) that has a step (end None: the last, open), with its steps, the
+    prompts that stepped there and acceptance_length = tokens / steps."""
+    stretches = [{"start": a, "end": b, "steps": 0, "tokens": 0, "prompts": 0}
+                 for a, b in zip(starts, [*starts[1:], None])]
+    for steps in steps_per_prompt:
+        position, seen = 1, set()  # position 0: the prefill's token
+        for n in list(steps)[:-1]:
+            i = max(j for j, a in enumerate(starts) if a <= position)
+            stretches[i]["steps"] += 1
+            stretches[i]["tokens"] += n
+            seen.add(i)
+            position += n
+        for i in seen:
+            stretches[i]["prompts"] += 1
+    return [{"start": s["start"], "end": s["end"], "steps": s["steps"], "prompts": s["prompts"],
+             "acceptance_length": s["tokens"] / s["steps"]} for s in stretches if s["steps"]]
 
 
 def speed_terms(results: Mapping[str, Any]) -> dict[str, float | None] | None:

@@ -46,7 +46,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from specbench.metrics import paired_difference_ci, speed_terms
+from specbench.metrics import al_by_position, paired_difference_ci, speed_terms
 
 COLUMNS = ("job", "strategy", "settings", "k", "temperature", "top_k", "top_p", "target", "draft", "dataset",
            "n_prompts", "batch_size", "nodes_per_step", "mean_k", "acceptance_length", "al_per_verified_token", "acceptance_rate",
@@ -790,16 +790,81 @@ def _outputs_file(job_dir: Path) -> Path | None:
     return next((p for p in (Path(job_dir) / "outputs.jsonl", Path(job_dir) / "outputs.jsonl.gz") if p.is_file()), None)
 
 
-def per_prompt_acceptance(job_dir: Path) -> tuple[list[str], list[int], list[int]] | None:
-    """A job's prompt ids, accepted tokens and drafts, one each per prompt in its outputs file's order; None without
-    one."""
+def _outputs_rows(job_dir: Path) -> list[dict[str, Any]] | None:
+    """The lines of a job's outputs file, in order; None without one."""
     path = _outputs_file(job_dir)
     if path is None:
         return None
     text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def per_prompt_acceptance(job_dir: Path) -> tuple[list[str], list[int], list[int]] | None:
+    """A job's prompt ids, accepted tokens and drafts, one each per prompt in its outputs file's order; None without
+    one."""
+    rows = _outputs_rows(job_dir)
+    if rows is None:
+        return None
     return ([str(r["prompt_id"]) for r in rows], [int(r["metrics"]["accepted_tokens"]) for r in rows],
             [int(r["metrics"]["drafts"]) for r in rows])
+
+
+def _stretch_name(stretch: Mapping[str, Any]) -> str:
+    return f"{stretch['start']}-{stretch['end'] - 1}" if stretch["end"] is not None else f"{stretch['start']}+"
+
+
+def by_position(jobs: Sequence[Job]) -> list[tuple[Job, list[dict[str, Any]]]]:
+    """Each drafting job's AL over stretches of its responses (metrics.al_by_position), for the jobs whose outputs
+    file records every prompt's tokens_per_step (written since 2026-12-07); others are left out of this section."""
+    found = []
+    for j in jobs:
+        if j.row["strategy"] == "none":
+            continue
+        try:
+            rows = _outputs_rows(j.path) or []
+        except (OSError, ValueError, EOFError):  # an unreadable outputs file costs this section its job, no more
+            continue
+        steps = [(r.get("metrics") or {}).get("tokens_per_step") if isinstance(r, dict) else None for r in rows]
+        if steps and all(isinstance(s, list) and all(isinstance(n, int) for n in s) for s in steps):
+            found.append((j, al_by_position(steps)))
+    return found
+
+
+def by_position_section(found: Sequence[tuple[Job, list[dict[str, Any]]]]) -> str:
+    """report.md's table of AL by position in the response (rows = jobs, columns = stretches of positions)."""
+    names = sorted({(s["start"], _stretch_name(s)) for _, stretches in found for s in stretches})
+    rows = []
+    for j, stretches in found:
+        cell = {_stretch_name(s): f"{s['acceptance_length']:.3f} ({s['prompts']})" for s in stretches}
+        rows.append([j.label, j.row["strategy"], _fmt(j.row["k"]), _fmt(j.row["temperature"]), _fmt(j.row["dataset"]),
+                     *(cell.get(name, "-") for _, name in names)])
+    return "\n".join([
+        "## AL by position in the response", "",
+        "AL (tokens / steps) of the steps whose first token lies at those positions of the response (0 is the "
+        "prefill's token), and in brackets the prompts with such a step; each prompt's last step is left out, since "
+        "max_new_tokens or EOS may have cut it. Later stretches hold only the prompts that ran that long.", "",
+        markdown_table(["job", "strategy", "k", "temperature", "dataset", *(name for _, name in names)], rows)])
+
+
+def _plot_by_position(found: Sequence[tuple[Job, list[dict[str, Any]]]], path: Path) -> Path | None:
+    if not found:
+        return None
+    names = sorted({(s["start"], _stretch_name(s)) for _, stretches in found for s in stretches})
+    index = {name: i for i, (_, name) in enumerate(names)}
+    keys = sorted({(str(j.row["dataset"]), j.row["temperature"]) for j, _ in found}, key=lambda kt: (kt[0], _sort_key(kt[1])))
+    fig, axes = _panels(keys, "AL by position in the response")
+    for j, stretches in found:
+        ax = axes[(str(j.row["dataset"]), j.row["temperature"])]
+        ax.plot([index[_stretch_name(s)] for s in stretches], [s["acceptance_length"] for s in stretches], "o-",
+                label=f"{j.label} ({j.row['strategy']}, k={_fmt(j.row['k'])})")
+    for ax in axes.values():
+        ax.set_xticks(range(len(names)), [name for _, name in names], fontsize="small")
+        ax.set_xlabel("position in the response")
+        ax.set_ylabel("acceptance length")
+        ax.grid(alpha=0.3)
+    _legend_below(fig, axes)
+    fig.savefig(path, dpi=110)
+    return path
 
 
 def against_section(jobs: Sequence[Job], reference: Path) -> str:
@@ -890,6 +955,9 @@ def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None,
         parts += [f"- {p}: {why}" for p, why in found.unreadable]
     if against is not None:
         parts.append("\n" + against_section(found.jobs, Path(against)))
+    positions = by_position(found.jobs)
+    if positions:
+        parts.append("\n" + by_position_section(positions))
     cat_md, cat_rows = category_tables(found.jobs)
     text = "\n".join(parts) + "\n"
     if cat_md:
@@ -906,6 +974,7 @@ def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None,
         ("acceptance_length_vs_k", lambda p: _plot_vs_k(found.jobs, "acceptance_length", "acceptance length", p, None)),
         ("speedup_vs_k", lambda p: _plot_vs_k(found.jobs, "speedup", "speedup over target-only", p, 1.0)),
         ("per_position_acceptance", lambda p: _plot_per_position(found.jobs, p)),
+        ("al_by_position", lambda p: _plot_by_position(positions, p)),
     ):
         try:
             written = draw(out / f"{name}.png")

@@ -10,7 +10,7 @@ import pytest
 
 from specbench_testing import row_result
 from specbench.engine import BatchTiming, RowResult
-from specbench.metrics import prompt_metrics, ratio_ci95, speed_terms, speedup, spread, summarize
+from specbench.metrics import al_by_position, prompt_metrics, ratio_ci95, speed_terms, speedup, spread, summarize
 
 
 def test_tree_metrics_per_node_and_per_step():
@@ -131,3 +131,26 @@ def test_the_paired_difference_interval_is_zero_for_equal_jobs_and_needs_two_pro
     low, high = paired_difference_ci(acc, drafts, [a + 1 for a in acc], drafts)  # one more token a prompt
     assert 0 < low < 5 / 37 < high < 0.25  # better on every prompt: the interval stays above 0
     assert paired_difference_ci(acc[:1], drafts[:1], acc[:1], drafts[:1]) is None
+
+
+def test_tokens_per_step_are_the_emissions_after_the_prefills_token():
+    row = RowResult(output_ids=list(range(9)), drafts=3, accepted_tokens=5, ttft_s=0.01, latency_s=0.5,
+                    emissions=[(0.01, 1), (0.1, 3), (0.2, 4), (0.3, 1)])
+    m = prompt_metrics(row)
+    assert m["tokens_per_step"] == [3, 4, 1]
+    assert 1 + sum(m["tokens_per_step"]) == m["output_tokens"]
+
+
+def test_al_by_position_counts_a_step_where_its_first_token_lies_and_leaves_each_last_step_out():
+    """Prompt a: steps of 3 tokens from position 1 (1, 4, ..., 70), its last step (at 73) left out: 21 steps
+    start at 1-61 and 3 at 64-70. Prompt b: 5 steps, its last one cut to 1 token (left out). Prompt c: one step,
+    nothing counted."""
+    a, b, c = [3] * 25, [2, 1, 4, 2, 1], [7]
+    out = al_by_position([a, b, c], starts=(0, 64, 128))
+    assert out == [
+        {"start": 0, "end": 64, "steps": 21 + 4, "prompts": 2, "acceptance_length": pytest.approx((63 + 9) / 25)},
+        {"start": 64, "end": 128, "steps": 3, "prompts": 1, "acceptance_length": 3.0},
+    ]
+    assert al_by_position([[1] * 300], starts=(0, 64, 128))[-1] == {
+        "start": 128, "end": None, "steps": 299 - 127, "prompts": 1, "acceptance_length": 1.0}
+    assert al_by_position([]) == [] and al_by_position([[5]]) == []

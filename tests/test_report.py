@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from specbench.report import build_report, main
+from specbench.report import build_report, by_position, main
 
 
 def _fake_summary(al: float, k: int, tpot: float) -> dict:
@@ -113,7 +113,16 @@ def test_end_to_end_ngram_sweep_then_report(tmp_path):
     rows = [j.row for j in files.collected.jobs]
     assert [(r["strategy"], r["k"], r["exact_match"], r["n_prompts"]) for r in rows] == [("ngram", 1, "3/3", 3), ("ngram", 2, "3/3", 3)]
     assert all(r["speedup"] is not None and r["acceptance_length"] >= 1 for r in rows)
-    assert len(files.plots) == 3
+    assert [p.name for p in files.plots] == ["acceptance_length_vs_k.png", "speedup_vs_k.png",
+                                             "per_position_acceptance.png", "al_by_position.png"]
+    # each step's tokens, as the real run wrote them, add up to its output (less the prefill's token), and AL by
+    # position counts every step but each prompt's last
+    for job in files.collected.jobs:
+        lines = [json.loads(line) for line in (job.path / "outputs.jsonl").read_text().splitlines()]
+        assert all(1 + sum(r["metrics"]["tokens_per_step"]) == len(r["output_token_ids"]) for r in lines)
+        steps = sum(len(r["metrics"]["tokens_per_step"]) - 1 for r in lines)
+        assert "## AL by position in the response" in files.text
+        assert [s["steps"] for _, stretches in by_position([job]) for s in stretches] == [steps]
 
 
 def test_jobs_without_a_baseline_are_matched_against_the_none_job(tmp_path):

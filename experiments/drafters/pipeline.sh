@@ -66,6 +66,9 @@ else
   cp -n "$G/b/data/mt_bench_question.jsonl" "$G/b/data/HumanEval.jsonl.gz" "$SPECBENCH_CACHE/data/"
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 fi
+# SWEEP_TOKENS=n (forty-ninth session): the AL sweeps' max_new_tokens (default 64 on a GPU, 8 in SMOKE); each job's
+# outputs.jsonl records every step's tokens, so `specbench.report` gives AL by position in the response
+GEN=${SWEEP_TOKENS:-$GEN}
 py() { python3 "$@" 2>&1 | tr '\r' '\n' | grep -v -E "it/s\]$|s/it\]$|prompt/s\]$|seq/s\]$|tok/s\]$"; }
 PROMPTS=$RUN/magpie.jsonl.gz
 COMMON="target=smollm2-135m device=$DEV logger=none seed=0
