@@ -52,3 +52,12 @@ def raise_if_no_draft_forward(cfg: DictConfig) -> None:
         raise ConfigError(f"objective=al_per_draft_forward divides by the draft forwards per step, and strategy "
                           f"{cfg.strategy.get('name')!r} drafts without a forward; allowed: a strategy with a draft "
                           f"forward, or objective=speedup / acceptance_length")
+
+
+if __name__ == "__main__":  # a library module: say what runs a study instead of exiting without a word
+    import sys
+
+    print("specbench.optimize holds the settings optimizer's checks; it is not a command. A study runs as a sweep:\n"
+          "  python -m specbench -m hydra/sweeper=specbench_optuna strategy=ngram 'strategy.k=int(interval(1,6))'\n"
+          "(pip install -e \".[optuna]\"; the README's Usage section, 'settings optimizer')", file=sys.stderr)
+    sys.exit(2)

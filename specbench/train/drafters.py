@@ -75,6 +75,11 @@ class Metrics(MutableMapping):
         return self._host
 
 
+def share(mask: torch.Tensor) -> torch.Tensor | float:
+    """The share of a boolean tensor's entries that hold (0.0 when it has none), left on the device for Metrics."""
+    return mask.float().mean() if mask.numel() else 0.0
+
+
 @dataclass
 class Batch:
     tokens: torch.Tensor  # [B, N] int64, right-padded
@@ -486,10 +491,10 @@ class EagleTrainer(Trainer):
                 correct = token_loss.predicts(head.lm_head, sel.detach(), picked)
             total = total + self.w_feature * reg + self.w_token * ce
             if j == 1 and token_loss.index is not None:  # step 1's labels hold every later step's
-                metrics["outside_vocab"] = token_loss.outside(picked).float().mean() if picked.numel() else 0.0
+                metrics["outside_vocab"] = share(token_loss.outside(picked))
             metrics[f"feature_loss_{j}"] = reg
             metrics[f"token_loss_{j}"] = ce
-            metrics[f"acc_{j}"] = correct.float().mean() if correct.numel() else 0.0
+            metrics[f"acc_{j}"] = share(correct)
             if measured:  # the agreement where drafting reaches step j (0 where it reaches none)
                 at = reached.gather(1, cols)[pick]
                 metrics[f"acc_aligned_{j}"] = (correct & at).sum() / at.sum().clamp(min=1)
@@ -545,7 +550,7 @@ class MedusaTrainer(Trainer):
             ce, correct = token_loss(heads.lm_head, out[pick], labels[pick])
             total = total + self.decay ** (i - 1) * ce
             metrics[f"token_loss_{i}"] = ce
-            metrics[f"acc_{i}"] = correct.float().mean() if correct.numel() else 0.0
+            metrics[f"acc_{i}"] = share(correct)
         metrics["loss"] = total
         return total, metrics
 
@@ -584,7 +589,7 @@ class DraftModelTrainer(Trainer):
         sel = hidden.gather(1, cols[..., None].expand(-1, -1, hidden.shape[-1]))[ok]
         ce, correct = token_loss(model.get_output_embeddings(), sel, batch.top1.gather(1, cols)[ok])
         metrics = Metrics()
-        metrics["loss"], metrics["acc_1"] = ce, correct.float().mean() if correct.numel() else 0.0
+        metrics["loss"], metrics["acc_1"] = ce, share(correct)
         return ce, metrics
 
     def save(self, directory: Path) -> None:

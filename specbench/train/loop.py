@@ -282,12 +282,17 @@ def check_train_settings(c: Mapping[str, Any]) -> None:
         require_int("threads", c["threads"])
     if c.get("save_dtype") is not None and c["save_dtype"] not in DTYPES:
         raise ConfigError(f"save_dtype={c['save_dtype']!r}; allowed: null (float32), {', '.join(DTYPES)}")
-    device = c.get("device", "auto")
+    run_device(c.get("device", "auto"))
+
+
+def run_device(name: Any) -> torch.device:
+    """The device a `device` setting names (auto: cuda when visible, else cpu); ConfigError for anything else."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        if device != "auto":
-            torch.device(device)
+        return torch.device(name)
     except (RuntimeError, TypeError):
-        raise ConfigError(f"device={device!r}; allowed: auto (cuda when visible, else cpu), cpu, cuda, cuda:<n>") \
+        raise ConfigError(f"device={name!r}; allowed: auto (cuda when visible, else cpu), cpu, cuda, cuda:<n>") \
             from None
 
 
@@ -305,8 +310,7 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
         raise ConfigError(f"resume=true but {last} holds no saved state; run once without resume first")
     check_data_settings(d)  # before the target loads: a wrong setting costs no model load
     check_train_settings(c)
-    device_name = c.get("device", "auto")
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device_name == "auto" else device_name)
+    device = run_device(c.get("device", "auto"))
     if c.get("threads"):
         torch.set_num_threads(int(c["threads"]))
     seed = int(c.get("seed", 0))  # the distillation set and its held-out split

@@ -30,7 +30,7 @@ from specbench.errors import ConfigError, require_int
 from specbench.models.loading import LoadedModel
 from specbench.strategies.checkpoints import read_weights
 from specbench.strategies.parallel import ParallelConfig, default_mask_token_id, draft_from_target, save_parallel
-from specbench.train.drafters import Batch, Metrics, TokenLoss, Trainer, sample_positions
+from specbench.train.drafters import Batch, Metrics, TokenLoss, Trainer, sample_positions, share
 
 
 def cut_inputs(tokens: torch.Tensor, cols: torch.Tensor, k: int, mask_id: int) -> tuple[torch.Tensor, torch.Tensor,
@@ -114,7 +114,7 @@ class ParallelTrainer(Trainer):
             ce, correct = token_loss(model.get_output_embeddings(), sel, labels[..., j][valid[..., j]])
             total = total + ce / k
             metrics[f"token_loss_{j + 1}"] = ce
-            metrics[f"acc_{j + 1}"] = correct.float().mean() if correct.numel() else 0.0
+            metrics[f"acc_{j + 1}"] = share(correct)
         metrics["loss"] = total
         return total, metrics
 

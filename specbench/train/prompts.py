@@ -45,8 +45,9 @@ import textwrap
 import time
 import zipfile
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -341,28 +342,25 @@ def write_prompt_set(path: Path, prompts: list[Prompt]) -> None:
     tmp.replace(path)
 
 
-def _at_least(low: float, kind: type = int, meaning: str = ""):
-    """An argparse type: a `kind` >= `low`, else an error that names the value and what is allowed."""
+def _checked(kind: type, ok: Callable[[Any], bool], allowed: str) -> Callable[[str], Any]:
+    """An argparse type: a `kind` for which ok(value) holds, else an error that names the value and what is allowed."""
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             value = None
-        if value is None or value < low:
-            noun = "an integer" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"{text!r}; allowed: {noun} >= {low:g}" + (f" ({meaning})" if meaning else ""))
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r}; allowed: {allowed}")
         return value
     return parse
 
 
-def _top_p(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r}; allowed: a number in (0, 1]")
-    return value
+def _at_least(low: float, kind: type = int, meaning: str = "") -> Callable[[str], Any]:
+    noun = "an integer" if kind is int else "a number"
+    return _checked(kind, lambda v: v >= low, f"{noun} >= {low:g}" + (f" ({meaning})" if meaning else ""))
+
+
+_top_p = _checked(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
 def main(argv: list[str] | None = None) -> None:
