@@ -6,7 +6,8 @@ length and rate, mean TPOT of the baseline and the strategy, speedup and the T =
 count. Written to <out>/report.md and report.csv (and printed), with PNG plots: acceptance length
 vs k and speedup vs k (one line per strategy, one panel per temperature; a bar at each point one job made, its 95%
 interval over prompts from results.json; the CSV holds the bounds) and per-position
-acceptance at each strategy's largest k. When the jobs' prompt sets have categories (MT-Bench,
+acceptance at each strategy's largest k; where a job's outputs.jsonl records each step's tokens, AL by position in
+the response (a table and a plot: does acceptance change as responses grow?). When the jobs' prompt sets have categories (MT-Bench,
 Spec-Bench), report.md also holds per-category acceptance length and speedup tables (rows = jobs,
 columns = categories), and report_by_category.csv the same in long form.
 
@@ -853,11 +854,16 @@ def _plot_by_position(found: Sequence[tuple[Job, list[dict[str, Any]]]], path: P
     index = {name: i for i, (_, name) in enumerate(names)}
     keys = sorted({(str(j.row["dataset"]), j.row["temperature"]) for j, _ in found}, key=lambda kt: (kt[0], _sort_key(kt[1])))
     fig, axes = _panels(keys, "AL by position in the response")
-    for j, stretches in found:
+    colors = [f"C{i % 10}" for i in range(len(found))]  # one color a job across the panels: the legend is shared
+    for (j, stretches), color in zip(found, colors):
         ax = axes[(str(j.row["dataset"]), j.row["temperature"])]
         ax.plot([index[_stretch_name(s)] for s in stretches], [s["acceptance_length"] for s in stretches], "o-",
-                label=f"{j.label} ({j.row['strategy']}, k={_fmt(j.row['k'])})")
+                color=color, label=f"{j.label} ({j.row['strategy']}, k={_fmt(j.row['k'])})")
+    values = [s["acceptance_length"] for _, stretches in found for s in stretches]
+    low, high = min(values), max(values)
+    margin = max(0.05, 0.05 * (high - low))
     for ax in axes.values():
+        ax.set_ylim(low - margin, high + margin)  # one scale in every panel, so their slopes compare
         ax.set_xticks(range(len(names)), [name for _, name in names], fontsize="small")
         ax.set_xlabel("position in the response")
         ax.set_ylabel("acceptance length")

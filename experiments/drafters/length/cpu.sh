@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# AL against the response's length on the CPU (fp32, batch 16): the EAGLE chain at k = 3, up to 1024 new tokens,
+# stopping at EOS as EAGLE's own MT-Bench evaluation does (its gen_ea_answer_*.py: --max-new-token 1024 by default).
+# HEAD (default the shipped head), SET (mt-bench or humaneval), T (temperature, default 0) and OUT (the sweep
+# directory) pick the job. The forty-ninth session's jobs (experiments/drafters/README.md, "AL against the length of
+# the response"), each with OUT=/tmp/len/<name> and its job's results.json and outputs.jsonl (gzipped) kept in cpu/<name>/:
+#   shipped-mt     HEAD=eagle-smollm2-135m SET=mt-bench
+#   s1-mt          HEAD=<deep2-target-s1/checkpoint> SET=mt-bench     (the 2-layer head of seed 1; not committed:
+#                                                                       experiments/drafters/README.md rebuilds it)
+#   shipped-he, s1-he  the same two heads with SET=humaneval
+#   shipped-mt-t1  HEAD=eagle-smollm2-135m SET=mt-bench T=1
+# Then: python experiments/drafters/length/analyze.py experiments/drafters/length/cpu [--by-category]
+#       python -m specbench.report experiments/drafters/length/cpu --against experiments/drafters/length/cpu/shipped-mt
+set -euo pipefail
+HEAD=${HEAD:-eagle-smollm2-135m}
+OUT=${OUT:?the sweep directory}
+python -m specbench -m logger=none baseline=false engine.batch_size=16 max_new_tokens=${TOKENS:-1024} engine.dtype=float32 \
+  dataset=${SET:-mt-bench} dataset.num_prompts=null strategy=eagle strategy.k=3 sampling.temperature=${T:-0} \
+  strategy.checkpoint=$HEAD hydra.sweep.dir=$OUT 'hydra.sweep.subdir=${hydra.job.num}'
