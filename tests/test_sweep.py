@@ -27,12 +27,17 @@ def test_a_2x2_sweep_leaves_4_results_and_one_report(tmp_path: Path):
     als = sorted(json.loads(p.read_text())["strategy"]["acceptance_length"] for p in results)
     assert als == [2.0, 2.0, 3.0, 3.0]  # a self-draft accepts everything at T=0 and T=1
     # the sweep ended with its report (hydra.callbacks.report); python -m specbench.report makes it again
-    assert len([line for line in (out / "report.md").read_text().splitlines() if "| draft_model " in line]) == 4
-    assert (out / "acceptance_length_vs_k.png").exists()
+    report = (out / "report.md").read_text()
+    assert len([line for line in report.partition("\n## ")[0].splitlines() if "| draft_model " in line]) == 4
+    # AL by position: a self-draft's every step but the last (which max_new_tokens may cut) emits k + 1 tokens
+    by_position = report.split("## AL by position in the response")[1].split("\n## ")[0]
+    cells = sorted(line.split("|")[6].strip() for line in by_position.splitlines() if "| draft_model " in line)
+    assert [c.split(" ")[0] for c in cells] == ["2.000", "2.000", "3.000", "3.000"]
+    assert (out / "acceptance_length_vs_k.png").exists() and (out / "al_by_position.png").exists()
     (out / "report.md").unlink()
     proc = subprocess.run([sys.executable, "-m", "specbench.report", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    table = (out / "report.md").read_text()
+    table = (out / "report.md").read_text().partition("\n## ")[0]
     rows = [line for line in table.splitlines() if "| draft_model " in line]
     assert len(rows) == 4, table
     assert (out / "report.csv").read_text().count("\n") >= 5
