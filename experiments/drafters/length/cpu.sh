@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# AL against the response's length on the CPU (fp32, batch 16): the EAGLE chain at k = 3, up to 1024 new tokens,
+# AL against the response's length on the CPU (fp32, batch 16): a chain at k = 3 (EAGLE's unless STRATEGY says), up to 1024 new tokens,
 # stopping at EOS as EAGLE's own MT-Bench evaluation does (its gen_ea_answer_*.py: --max-new-token 1024 by default).
 # HEAD (default the shipped head), SET (mt-bench or humaneval), T (temperature, default 0) and OUT (the sweep
 # directory) pick the job. The forty-ninth session's jobs (experiments/drafters/README.md, "AL against the length of
@@ -7,13 +7,16 @@
 #   shipped-mt     HEAD=eagle-smollm2-135m SET=mt-bench
 #   s1-mt          HEAD=<deep2-target-s1/checkpoint> SET=mt-bench     (the 2-layer head of seed 1; not committed:
 #                                                                       experiments/drafters/README.md rebuilds it)
-#   shipped-he, s1-he  the same two heads with SET=humaneval
+#   shipped-he     HEAD=eagle-smollm2-135m SET=humaneval   (the 2-layer head on HumanEval was not run: no time left)
 #   shipped-mt-t1  HEAD=eagle-smollm2-135m SET=mt-bench T=1
+#   ngram-mt, suffix-mt  STRATEGY=ngram / STRATEGY=suffix (drafters that copy; HEAD unused), SET=mt-bench
 # Then: python experiments/drafters/length/analyze.py experiments/drafters/length/cpu [--by-category]
 #       python -m specbench.report experiments/drafters/length/cpu --against experiments/drafters/length/cpu/shipped-mt
 set -euo pipefail
 HEAD=${HEAD:-eagle-smollm2-135m}
 OUT=${OUT:?the sweep directory}
+STRATEGY=${STRATEGY:-eagle}
+head=(); [ "$STRATEGY" = eagle ] && head=(strategy.checkpoint=$HEAD)
 python -m specbench -m logger=none baseline=false engine.batch_size=16 max_new_tokens=${TOKENS:-1024} engine.dtype=float32 \
-  dataset=${SET:-mt-bench} dataset.num_prompts=null strategy=eagle strategy.k=3 sampling.temperature=${T:-0} \
-  strategy.checkpoint=$HEAD hydra.sweep.dir=$OUT 'hydra.sweep.subdir=${hydra.job.num}'
+  dataset=${SET:-mt-bench} dataset.num_prompts=null strategy=$STRATEGY strategy.k=3 sampling.temperature=${T:-0} \
+  "${head[@]}" hydra.sweep.dir=$OUT 'hydra.sweep.subdir=${hydra.job.num}'
