@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import gzip
 import io
 import json
@@ -39,7 +40,7 @@ import math
 import re
 import sys
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -364,11 +365,25 @@ def collect(roots: Sequence[Path | str], exclude: Sequence[Path | str] = ()) -> 
 _SAME_REQUESTS = ("target", "dataset", "n_prompts", "max_new_tokens", "batch_size", "dtype")
 
 
+def _outputs_file(job_dir: Path) -> Path | None:
+    """A job's outputs.jsonl, or outputs.jsonl.gz as an archived sweep may keep it; None without either."""
+    return next((p for p in (Path(job_dir) / "outputs.jsonl", Path(job_dir) / "outputs.jsonl.gz") if p.is_file()), None)
+
+
+def _outputs_rows(job_dir: Path) -> list[dict[str, Any]] | None:
+    """The lines of a job's outputs file, in order; None without one."""
+    path = _outputs_file(job_dir)
+    if path is None:
+        return None
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def _outputs(job: Job) -> dict[str, list[int]] | None:
-    path = job.path / "outputs.jsonl"
     try:
-        return {r["prompt_id"]: r["output_token_ids"] for r in map(json.loads, path.read_text().splitlines()) if r}
-    except (OSError, ValueError, KeyError, TypeError):
+        rows = _outputs_rows(job.path)
+        return None if rows is None else {r["prompt_id"]: r["output_token_ids"] for r in rows if r}
+    except (OSError, ValueError, KeyError, TypeError, EOFError):
         return None
 
 
@@ -786,24 +801,11 @@ def _plot_per_position(jobs: Sequence[Job], path: Path) -> Path | None:
 # --- the report --------------------------------------------------------------------------------
 
 
-def _outputs_file(job_dir: Path) -> Path | None:
-    """A job's outputs.jsonl, or outputs.jsonl.gz as an archived sweep may keep it; None without either."""
-    return next((p for p in (Path(job_dir) / "outputs.jsonl", Path(job_dir) / "outputs.jsonl.gz") if p.is_file()), None)
-
-
-def _outputs_rows(job_dir: Path) -> list[dict[str, Any]] | None:
-    """The lines of a job's outputs file, in order; None without one."""
-    path = _outputs_file(job_dir)
-    if path is None:
-        return None
-    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def per_prompt_acceptance(job_dir: Path) -> tuple[list[str], list[int], list[int]] | None:
+def per_prompt_acceptance(job_dir: Path, read: Callable[[Path], list[dict[str, Any]] | None] = _outputs_rows
+                          ) -> tuple[list[str], list[int], list[int]] | None:
     """A job's prompt ids, accepted tokens and drafts, one each per prompt in its outputs file's order; None without
-    one."""
-    rows = _outputs_rows(job_dir)
+    one. `read`: how the outputs file is read (build_report passes one that reads each job once)."""
+    rows = read(job_dir)
     if rows is None:
         return None
     return ([str(r["prompt_id"]) for r in rows], [int(r["metrics"]["accepted_tokens"]) for r in rows],
@@ -814,7 +816,8 @@ def _stretch_name(stretch: Mapping[str, Any]) -> str:
     return f"{stretch['start']}-{stretch['end'] - 1}" if stretch["end"] is not None else f"{stretch['start']}+"
 
 
-def by_position(jobs: Sequence[Job]) -> list[tuple[Job, list[dict[str, Any]]]]:
+def by_position(jobs: Sequence[Job], read: Callable[[Path], list[dict[str, Any]] | None] = _outputs_rows
+                ) -> list[tuple[Job, list[dict[str, Any]]]]:
     """Each drafting job's AL over stretches of its responses (metrics.al_by_position), for the jobs whose outputs
     file records every prompt's tokens_per_step (written since 2026-12-07); others are left out of this section."""
     found = []
@@ -822,7 +825,7 @@ def by_position(jobs: Sequence[Job]) -> list[tuple[Job, list[dict[str, Any]]]]:
         if j.row["strategy"] == "none":
             continue
         try:
-            rows = _outputs_rows(j.path) or []
+            rows = read(j.path) or []
         except (OSError, ValueError, EOFError):  # an unreadable outputs file costs this section its job, no more
             continue
         steps = [(r.get("metrics") or {}).get("tokens_per_step") if isinstance(r, dict) else None for r in rows]
@@ -873,11 +876,12 @@ def _plot_by_position(found: Sequence[tuple[Job, list[dict[str, Any]]]], path: P
     return path
 
 
-def against_section(jobs: Sequence[Job], reference: Path) -> str:
+def against_section(jobs: Sequence[Job], reference: Path,
+                    read: Callable[[Path], list[dict[str, Any]] | None] = _outputs_rows) -> str:
     """report.md's comparison of every job with `reference` (a job directory) on the prompts both ran: each job's AL
     minus the reference's, with a 95% interval from resampling the prompts in pairs (metrics.paired_difference_ci).
     A job whose outputs.jsonl is missing or holds other prompts is listed as such."""
-    ref = per_prompt_acceptance(reference)
+    ref = per_prompt_acceptance(reference, read)
     if ref is None:
         return f"## AL against {reference}\n\n{reference} has no outputs.jsonl: nothing to compare against."
 
@@ -890,7 +894,7 @@ def against_section(jobs: Sequence[Job], reference: Path) -> str:
     for j in jobs:
         if j.path.resolve() == Path(reference).resolve():
             continue
-        mine = per_prompt_acceptance(j.path)
+        mine = per_prompt_acceptance(j.path, read)
         if mine is None or mine[0] != ref_ids:
             other.append(f"{j.label} ({'no outputs.jsonl' if mine is None else 'other prompts'})")
             continue
@@ -959,9 +963,10 @@ def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None,
     if found.unreadable:
         parts.append(f"\n{len(found.unreadable)} unreadable, skipped:")
         parts += [f"- {p}: {why}" for p, why in found.unreadable]
+    read = functools.cache(_outputs_rows)  # each job's outputs file read once in this report
     if against is not None:
-        parts.append("\n" + against_section(found.jobs, Path(against)))
-    positions = by_position(found.jobs)
+        parts.append("\n" + against_section(found.jobs, Path(against), read))
+    positions = by_position(found.jobs, read)
     if positions:
         parts.append("\n" + by_position_section(positions))
     cat_md, cat_rows = category_tables(found.jobs)

@@ -12,7 +12,7 @@ the settings the responses depend on, the rows a shard holds, the shards), and p
 response's ids end to end, uint16 where the vocabulary allows) and `s<NNNN>_lengths` / `s<NNNN>_prompt_lengths`
 (int32, one per sequence, in the set's order: sample by sample, each sample's prompts in shard order).
 
-The key (`responses_key`) leaves out what the responses do not depend on (the target layers a head records), so
+The key (`rkey` in data.load_or_generate) leaves out what the responses do not depend on (the target layers a head records), so
 one file serves heads with other layers. Features from a prefill equal those recorded while decoding up to the
 arithmetic's rounding (one forward over the whole sequence instead of one per step).
 """

@@ -34,9 +34,9 @@ def repeats(context: list[int], n: int) -> list[bool]:
     return seen
 
 
-def job_row(job: Path, n: int, category: str | None = None) -> dict | None:
-    results = json.loads((job / "results.json").read_text())
-    rows = [r for r in _outputs_rows(job) or [] if category is None or r.get("category") == category]
+def job_row(job: Path, results: dict, outputs: list[dict], n: int, category: str | None = None) -> dict | None:
+    """One table row: a job's (results.json, outputs lines) figures, over its prompts of `category` if given."""
+    rows = [r for r in outputs if category is None or r.get("category") == category]
     if not rows or not all(isinstance(r["metrics"].get("tokens_per_step"), list) for r in rows):
         return None
     run = results["run"]
@@ -53,22 +53,19 @@ def job_row(job: Path, n: int, category: str | None = None) -> dict | None:
             counted[kind][0] += 1
             counted[kind][1] += tokens
             position += tokens
-    stretches = {s["start"]: s for s in al_by_position([r["metrics"]["tokens_per_step"] for r in rows])}
-
-    def span(lo: int, hi: int | None) -> str:
-        picked = [s for start, s in stretches.items() if start >= lo and (hi is None or start < hi)]
-        steps = sum(s["steps"] for s in picked)
-        return f"{sum(s['acceptance_length'] * s['steps'] for s in picked) / steps:.3f}" if steps else "-"
+    stretches = {s["start"]: f"{s['acceptance_length']:.3f}"
+                 for s in al_by_position([r["metrics"]["tokens_per_step"] for r in rows], starts=(0, 64, 256))}
 
     steps = counted["repeat"][0] + counted["fresh"][0]
     strategy = run["strategy"] + ("" if run.get("tree") in (None, "chain") else f" {run['tree']}")
     return {
-        "job": job.name if category is None else f"{job.name} {category}", "head": name, "strategy": strategy, "set": run["dataset"], "T": run["temperature"],
+        "job": job.name if category is None else f"{job.name} {category}", "head": name, "strategy": strategy,
+        "set": run["dataset"], "T": run["temperature"],
         "prompts": len(rows), "max tokens": run["max_new_tokens"],
         "mean tokens": f"{sum(len(r['output_token_ids']) for r in rows) / len(rows):.0f}",
         "ended at EOS": f"{sum(r['metrics']['finished_by'] == 'eos' for r in rows) / len(rows):.0%}",
         "AL": f"{1 + sum(r['metrics']['accepted_tokens'] for r in rows) / max(1, sum(r['metrics']['drafts'] for r in rows)):.3f}",
-        "AL 0-63": span(0, 64), "AL 64-255": span(64, 256), "AL 256+": span(256, None),
+        "AL 0-63": stretches.get(0, "-"), "AL 64-255": stretches.get(64, "-"), "AL 256+": stretches.get(256, "-"),
         "steps in a repeat": f"{counted['repeat'][0] / steps:.0%}" if steps else "-",
         "AL fresh": f"{counted['fresh'][1] / counted['fresh'][0]:.3f}" if counted["fresh"][0] else "-",
         "AL in a repeat": f"{counted['repeat'][1] / counted['repeat'][0]:.3f}" if counted["repeat"][0] else "-",
@@ -84,11 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     jobs = sorted({p.parent for d in args.dirs for p in d.rglob("results.json")},
                   key=lambda p: (str(p.parent), int(p.name) if p.name.isdigit() else -1, p.name))
     rows = []
-    for j in jobs:
-        rows.append(job_row(j, args.ngram))
+    for j in jobs:  # each job's files read once
+        results, outputs = json.loads((j / "results.json").read_text()), _outputs_rows(j) or []
+        rows.append(job_row(j, results, outputs, args.ngram))
         if args.by_category:
-            categories = sorted({str(r.get("category")) for r in _outputs_rows(j) or []})
-            rows += [job_row(j, args.ngram, c) for c in categories]
+            categories = sorted({str(r.get("category")) for r in outputs})
+            rows += [job_row(j, results, outputs, args.ngram, c) for c in categories]
     rows = [r for r in rows if r is not None]
     if not rows:
         print("no job with each step's tokens in its outputs", file=sys.stderr)
