@@ -10,6 +10,9 @@
 #   shipped-he     HEAD=eagle-smollm2-135m SET=humaneval   (the 2-layer head on HumanEval was not run: no time left)
 #   shipped-mt-t1  HEAD=eagle-smollm2-135m SET=mt-bench T=1
 #   ngram-mt, suffix-mt  STRATEGY=ngram / STRATEGY=suffix (drafters that copy; HEAD unused), SET=mt-bench
+# (As run: shipped-mt without strategy.checkpoint, i.e. the default's `auto`, which resolved to the shipped head;
+# shipped-he and shipped-mt-t1 with a copy of it outside the package; all three name weights of the same sha256,
+# 096a82d3..., in their results.json.)
 # Then: python experiments/drafters/length/analyze.py experiments/drafters/length/cpu [--by-category]
 #       python -m specbench.report experiments/drafters/length/cpu --against experiments/drafters/length/cpu/shipped-mt
 set -euo pipefail
