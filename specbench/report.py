@@ -370,7 +370,7 @@ def _outputs_file(job_dir: Path) -> Path | None:
     return next((p for p in (Path(job_dir) / "outputs.jsonl", Path(job_dir) / "outputs.jsonl.gz") if p.is_file()), None)
 
 
-def _outputs_rows(job_dir: Path) -> list[dict[str, Any]] | None:
+def outputs_rows(job_dir: Path) -> list[dict[str, Any]] | None:
     """The lines of a job's outputs file, in order; None without one."""
     path = _outputs_file(job_dir)
     if path is None:
@@ -381,7 +381,7 @@ def _outputs_rows(job_dir: Path) -> list[dict[str, Any]] | None:
 
 def _outputs(job: Job) -> dict[str, list[int]] | None:
     try:
-        rows = _outputs_rows(job.path)
+        rows = outputs_rows(job.path)
         return None if rows is None else {r["prompt_id"]: r["output_token_ids"] for r in rows if r}
     except (OSError, ValueError, KeyError, TypeError, EOFError):
         return None
@@ -801,7 +801,7 @@ def _plot_per_position(jobs: Sequence[Job], path: Path) -> Path | None:
 # --- the report --------------------------------------------------------------------------------
 
 
-def per_prompt_acceptance(job_dir: Path, read: Callable[[Path], list[dict[str, Any]] | None] = _outputs_rows
+def per_prompt_acceptance(job_dir: Path, read: Callable[[Path], list[dict[str, Any]] | None] = outputs_rows
                           ) -> tuple[list[str], list[int], list[int]] | None:
     """A job's prompt ids, accepted tokens and drafts, one each per prompt in its outputs file's order; None without
     one. `read`: how the outputs file is read (build_report passes one that reads each job once)."""
@@ -816,7 +816,7 @@ def _stretch_name(stretch: Mapping[str, Any]) -> str:
     return f"{stretch['start']}-{stretch['end'] - 1}" if stretch["end"] is not None else f"{stretch['start']}+"
 
 
-def by_position(jobs: Sequence[Job], read: Callable[[Path], list[dict[str, Any]] | None] = _outputs_rows
+def by_position(jobs: Sequence[Job], read: Callable[[Path], list[dict[str, Any]] | None] = outputs_rows
                 ) -> list[tuple[Job, list[dict[str, Any]]]]:
     """Each drafting job's AL over stretches of its responses (metrics.al_by_position), for the jobs whose outputs
     file records every prompt's tokens_per_step (written since 2026-12-07); others are left out of this section."""
@@ -877,7 +877,7 @@ def _plot_by_position(found: Sequence[tuple[Job, list[dict[str, Any]]]], path: P
 
 
 def against_section(jobs: Sequence[Job], reference: Path,
-                    read: Callable[[Path], list[dict[str, Any]] | None] = _outputs_rows) -> str:
+                    read: Callable[[Path], list[dict[str, Any]] | None] = outputs_rows) -> str:
     """report.md's comparison of every job with `reference` (a job directory) on the prompts both ran: each job's AL
     minus the reference's, with a 95% interval from resampling the prompts in pairs (metrics.paired_difference_ci).
     A job whose outputs.jsonl is missing or holds other prompts is listed as such."""
@@ -963,7 +963,7 @@ def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None,
     if found.unreadable:
         parts.append(f"\n{len(found.unreadable)} unreadable, skipped:")
         parts += [f"- {p}: {why}" for p, why in found.unreadable]
-    read = functools.cache(_outputs_rows)  # each job's outputs file read once in this report
+    read = functools.cache(outputs_rows)  # each job's outputs file read once in this report
     if against is not None:
         parts.append("\n" + against_section(found.jobs, Path(against), read))
     positions = by_position(found.jobs, read)

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from specbench.metrics import al_by_position
-from specbench.report import _outputs_rows
+from specbench.report import outputs_rows
 
 
 def repeats(context: list[int], n: int) -> list[bool]:
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                   key=lambda p: (str(p.parent), int(p.name) if p.name.isdigit() else -1, p.name))
     rows = []
     for j in jobs:  # each job's files read once
-        results, outputs = json.loads((j / "results.json").read_text()), _outputs_rows(j) or []
+        results, outputs = json.loads((j / "results.json").read_text()), outputs_rows(j) or []
         rows.append(job_row(j, results, outputs, args.ngram))
         if args.by_category:
             categories = sorted({str(r.get("category")) for r in outputs})
