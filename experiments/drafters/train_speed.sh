@@ -4,7 +4,8 @@
 #   git archive <old commit> specbench conf ':!specbench/checkpoints' | tar -x -C .cache/gpu/old    # here, then
 #   [.whl, .cache/gpu/old]  ROUNDS=2 STEPS=300 bash experiments/drafters/train_speed.sh
 #   (on the CPU, a smoke run: DEV=cpu OLD=<dir> STEPS=6 TB=4 PROMPTS=16 DATA_BS=8 VAL=2 ROUNDS=1, in the venv;
-#   ROUNDS=0 PROFILE=1 profiles a step and times nothing)
+#   ROUNDS=0 PROFILE=1 profiles a step and times nothing; PROFILE_ARGS adds overrides to the profiled run and
+#   PROFILE_TAG to its folder's name, e.g. PROFILE_ARGS=train.precision=bfloat16 PROFILE_TAG=-bf16)
 # The recipe is the 2-layer head's (pipeline.sh deep: unroll 3, soft labels, draft vocabulary 8192, batch 32, the
 # target's LM head rows) on smollm2-135m-random, the packaged target's architecture with random weights, so the
 # GGUF need not travel: the same shapes and the same work a step. Its set: the committed python_stdlib prompts, 128
@@ -45,18 +46,29 @@ from pathlib import Path
 run, name = Path(sys.argv[1]), sys.argv[2]
 row = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "elapsed_s" in r][-1]
 sha = hashlib.sha256((run / "checkpoint" / "model.safetensors").read_bytes()).hexdigest()[:16]
+val = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "val/loss" in r]
+held = ", ".join(f"{k[4:]} {v:.3f}" for k, v in val[-1].items() if k.startswith("val/acc_")) if val else "none"
 print(f"{name}: {row['step']} steps in {row['elapsed_s']:.1f} s = {row['step'] / row['elapsed_s']:.2f} steps/s; "
-      f"checkpoint sha256 {sha}")
+      f"checkpoint sha256 {sha}; held out: {held}")
 PY
 }
+# SIDES picks the runs of each round, in order: old (the package in $OLD), new-noprefetch, new-prefetch (this one,
+# train.prefetch=false / true), fp32, bf16 (this one, train.precision=float32 / bfloat16)
 for r in $(seq "${ROUNDS:-2}"); do
-  one "old-r$r" "$OLD"
-  one "new-noprefetch-r$r" "$PWD" train.prefetch=false
-  one "new-prefetch-r$r" "$PWD" train.prefetch=true
+  for side in ${SIDES:-old new-noprefetch new-prefetch}; do
+    case $side in
+      old) one "old-r$r" "$OLD" ;;
+      new-noprefetch) one "$side-r$r" "$PWD" train.prefetch=false ;;
+      new-prefetch) one "$side-r$r" "$PWD" train.prefetch=true ;;
+      fp32) one "$side-r$r" "$PWD" train.precision=float32 ;;
+      bf16) one "$side-r$r" "$PWD" train.precision=bfloat16 ;;
+      *) echo "SIDES: unknown side $side (allowed: old new-noprefetch new-prefetch fp32 bf16)"; exit 2 ;;
+    esac
+  done
 done | tee "$OUT/train_speed.txt"
 # PROFILE=1: then where a step's time goes (experiments/drafters/profile_train.py: steps 10-14 of a 30-step run of
 # the new package with the same settings) into $OUT/prof-train (summary.txt, ops.txt, trace.json.gz)
 if [ "${PROFILE:-0}" = 1 ]; then
-  PROFILE_OUT=$OUT/prof-train python3 experiments/drafters/profile_train.py $COMMON train.steps=30 \
+  PROFILE_OUT=$OUT/prof-train${PROFILE_TAG:-} python3 experiments/drafters/profile_train.py $COMMON train.steps=30 ${PROFILE_ARGS:-} \
     output_dir=$RUN/prof 2>&1 | tr '\r' '\n' | grep -v "^train eagle:" | tail -8
 fi

@@ -3,8 +3,9 @@
 1) load the target (frozen, fp32; TF32 matmuls on CUDA) and the trainer named
    by cfg.strategy._target_; 2) load or generate the cached distillation set, and let the trainer fit
    what depends on it (Trainer.prepare: the token loss's vocabulary, EAGLE-3's draft vocabulary, read
-   back on resume); 3) train with AdamW, linear warmup then cosine decay, logging loss and per-position
-   accuracy to metrics.jsonl and W&B (offline, under the output directory; logger=none disables it);
+   back on resume); 3) train with AdamW (the forward in fp32, or under bf16 autocast: train.precision), linear
+   warmup then cosine decay, logging loss and per-position accuracy to metrics.jsonl and W&B (offline, under the
+   output directory; logger=none disables it);
    4) every save_every steps write <output_dir>/last (weights, optimizer, step: `resume=true` continues
    from it) and, at the end, the checkpoint (cfg.checkpoint, default <output_dir>/checkpoint). SIGTERM (a
    scheduler's time limit) stops training after the step under way, with its state in <output_dir>/last.
@@ -12,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
@@ -225,12 +227,25 @@ def _save_state(trainer: Trainer, opt: torch.optim.Optimizer, step: int, last: P
     tmp.rename(last)
 
 
+PRECISIONS = ("float32", "bfloat16")
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """The context a training step's forward and losses run in: none for float32; for bfloat16, torch's autocast
+    (products and attention in bfloat16, softmax, losses and reductions in float32 by its own policy; the weights,
+    their gradients and AdamW's state stay float32)."""
+    if precision == "bfloat16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 @torch.no_grad()
 def _evaluate(trainer: Trainer, data: DistillData, ids: list[int], token_loss: TokenLoss, device: torch.device,
-              with_layers: bool, seed: int) -> dict[str, float]:
+              with_layers: bool, seed: int, precision: str) -> dict[str, float]:
     trainer.module.eval()
     g = torch.Generator(device=device).manual_seed(seed)
-    _, metrics = trainer.loss(make_batch(data, ids, device, with_layers), token_loss, 0, g)
+    with autocast(precision, device):
+        _, metrics = trainer.loss(make_batch(data, ids, device, with_layers), token_loss, 0, g)
     trainer.module.train()
     return {f"val/{k}": v for k, v in metrics.items()}
 
@@ -274,6 +289,9 @@ def check_train_settings(c: Mapping[str, Any]) -> None:
         require_number("train.grad_clip", t["grad_clip"], meaning="the gradient norm's cap; 0 or null = none")
     if t.get("time_budget_s") is not None:
         require_number("train.time_budget_s", t["time_budget_s"], meaning="seconds of training; null = no limit")
+    if t.get("precision", "float32") not in PRECISIONS:
+        raise ConfigError(f"train.precision={t['precision']!r}; allowed: {', '.join(PRECISIONS)} (bfloat16: the "
+                          "head's forward and losses under autocast, float32 weights and optimizer)")
     if not isinstance(t.get("prefetch", True), bool):
         raise ConfigError(f"train.prefetch={t['prefetch']!r}; allowed: true (build the next batch in a thread while "
                           "the device works on this one) or false")
@@ -317,7 +335,7 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     train_seed = t.get("seed")  # the head's initial weights and the batches; null: `seed`
     if train_seed is None:
         train_seed = seed
-    prefetch = t.get("prefetch", True)
+    prefetch, precision = t.get("prefetch", True), t.get("precision", "float32")
     torch.manual_seed(train_seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(c)))
@@ -372,7 +390,8 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
             g = torch.Generator(device=device).manual_seed(train_seed * 1_000_003 + step)
             for group in opt.param_groups:
                 group["lr"] = _lr_at(step, lr, warmup, steps)
-            loss, metrics = trainer.loss(batches(step), token_loss, positions, g)
+            with autocast(precision, device):
+                loss, metrics = trainer.loss(batches(step), token_loss, positions, g)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if clip:
@@ -391,7 +410,7 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
             out_of_time = budget is not None and time.perf_counter() - t0 > float(budget) and step < min(steps, stop_after)
             if step % save_every == 0 or step in (steps, stop_after) or out_of_time:
                 if val_ids:
-                    held_out = _evaluate(trainer, data, val_ids, token_loss, device, with_layers, seed)
+                    held_out = _evaluate(trainer, data, val_ids, token_loss, device, with_layers, seed, precision)
                     log(step, held_out)
                 _save_state(trainer, opt, step, last, log.run_id)
             if out_of_time:

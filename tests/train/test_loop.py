@@ -4,6 +4,7 @@ values as a float32 build; built a step ahead in a thread, the same batches and 
 from __future__ import annotations
 
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -97,6 +98,25 @@ def test_training_with_and_without_prefetch_gives_the_same_weights(tmp_path, pro
 
     on, off = run("on", "true"), run("off", "false")
     assert on.keys() == off.keys() and all(torch.equal(on[k], off[k]) for k in on)
+
+
+def test_bfloat16_autocast_trains_float32_weights_that_differ_from_a_float32_run(tmp_path, prompts_file):
+    def run(name, precision):
+        ckpt = train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.unroll=2", "train.steps=5",
+                               f"output_dir={tmp_path / name}", f"train.precision={precision}"))
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        return load_file(str(ckpt / "model.safetensors")), rows
+
+    (full, full_rows), (half, half_rows) = run("fp32", "float32"), run("bf16", "bfloat16")
+    assert full.keys() == half.keys()
+    assert all(half[k].dtype == torch.float32 and torch.isfinite(half[k]).all() for k in half)
+    # the same batches and starting weights: only the forward's precision differs, and it did take effect
+    assert any(not torch.equal(full[k], half[k]) for k in full)
+    for rows in (full_rows, half_rows):
+        losses = [r["loss"] for r in rows if "loss" in r]
+        assert losses and all(math.isfinite(v) for v in losses)
+    first = [next(r["loss"] for r in rows if "loss" in r) for rows in (full_rows, half_rows)]
+    assert abs(first[0] - first[1]) < 0.05 * abs(first[0])  # bf16 rounding, not another loss
 
 
 def test_sigterm_saves_the_step_and_resume_ends_where_an_uninterrupted_run_does(tmp_path, prompts_file):
