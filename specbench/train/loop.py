@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -230,13 +230,21 @@ def _save_state(trainer: Trainer, opt: torch.optim.Optimizer, step: int, last: P
 PRECISIONS = ("float32", "bfloat16")
 
 
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+@contextlib.contextmanager
+def autocast(precision: str, device: torch.device) -> Iterator[None]:
     """The context a training step's forward and losses run in: none for float32; for bfloat16, torch's autocast
     (products and attention in bfloat16, softmax, losses and reductions in float32 by its own policy; the weights,
-    their gradients and AdamW's state stay float32)."""
-    if precision == "bfloat16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    their gradients and AdamW's state stay float32). On CUDA the attention leaves out cuDNN's kernels: they plan a
+    graph on the host for each new shape, and a batch's length changes every step (one H200: 25-30 ms of host time a
+    call, the step 126 ms against float32's 89; experiments/drafters/README.md)."""
+    if precision != "bfloat16":
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    with torch.autocast(device.type, dtype=torch.bfloat16), \
+            (sdpa_kernel(backends) if device.type == "cuda" else contextlib.nullcontext()):
+        yield
 
 
 @torch.no_grad()
