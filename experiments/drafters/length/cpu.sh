@@ -7,7 +7,9 @@
 #   shipped-mt     HEAD=eagle-smollm2-135m SET=mt-bench
 #   s1-mt          HEAD=<deep2-target-s1/checkpoint> SET=mt-bench     (the 2-layer head of seed 1; not committed:
 #                                                                       experiments/drafters/README.md rebuilds it)
-#   shipped-he     HEAD=eagle-smollm2-135m SET=humaneval   (the 2-layer head on HumanEval was not run: no time left)
+#   shipped-he     HEAD=eagle-smollm2-135m SET=humaneval
+#   s0-mt          HEAD=<deep2-target/checkpoint> SET=mt-bench        (the 2-layer head of seed 0; fiftieth session)
+#   s1-he          HEAD=<deep2-target-s1/checkpoint> SET=humaneval    (fiftieth session)
 #   shipped-mt-t1  HEAD=eagle-smollm2-135m SET=mt-bench T=1
 #   ngram-mt, suffix-mt  STRATEGY=ngram / STRATEGY=suffix (drafters that copy; HEAD unused), SET=mt-bench
 # (As run: shipped-mt without strategy.checkpoint, i.e. the default's `auto`, which resolved to the shipped head;
