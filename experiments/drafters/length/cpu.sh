@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# AL against the response's length on the CPU (fp32, batch 16): a chain at k = 3 (EAGLE's unless STRATEGY says), up to 1024 new tokens,
+# AL against the response's length on the CPU (fp32, batch 16): a chain at k = 3 (EAGLE's unless STRATEGY says; K sets k), up to 1024 new tokens,
 # stopping at EOS as EAGLE's own MT-Bench evaluation does (its gen_ea_answer_*.py: --max-new-token 1024 by default).
 # HEAD (default the shipped head), SET (mt-bench or humaneval), T (temperature, default 0) and OUT (the sweep
 # directory) pick the job. The forty-ninth session's jobs (experiments/drafters/README.md, "AL against the length of
@@ -10,6 +10,7 @@
 #   shipped-he     HEAD=eagle-smollm2-135m SET=humaneval
 #   s0-mt          HEAD=<deep2-target/checkpoint> SET=mt-bench        (the 2-layer head of seed 0; fiftieth session)
 #   s1-he          HEAD=<deep2-target-s1/checkpoint> SET=humaneval    (fiftieth session)
+#   tree5-mt       STRATEGY=eagle_tree K=4 SET=mt-bench   (the default's dynamic tree of 5 nodes, the shipped head; fiftieth session)
 #   shipped-mt-t1  HEAD=eagle-smollm2-135m SET=mt-bench T=1
 #   ngram-mt, suffix-mt  STRATEGY=ngram / STRATEGY=suffix (drafters that copy; HEAD unused), SET=mt-bench
 # (As run: shipped-mt without strategy.checkpoint, i.e. the default's `auto`, which resolved to the shipped head;
@@ -21,7 +22,7 @@ set -euo pipefail
 HEAD=${HEAD:-eagle-smollm2-135m}
 OUT=${OUT:?the sweep directory}
 STRATEGY=${STRATEGY:-eagle}
-head=(); [ "$STRATEGY" = eagle ] && head=(strategy.checkpoint=$HEAD)
+head=(); [[ $STRATEGY == eagle* ]] && head=(strategy.checkpoint=$HEAD)
 python -m specbench -m logger=none baseline=false engine.batch_size=16 max_new_tokens=${TOKENS:-1024} engine.dtype=float32 \
-  dataset=${SET:-mt-bench} dataset.num_prompts=null strategy=$STRATEGY strategy.k=3 sampling.temperature=${T:-0} \
+  dataset=${SET:-mt-bench} dataset.num_prompts=null strategy=$STRATEGY strategy.k=${K:-3} sampling.temperature=${T:-0} \
   "${head[@]}" hydra.sweep.dir=$OUT 'hydra.sweep.subdir=${hydra.job.num}'
