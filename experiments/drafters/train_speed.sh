@@ -44,9 +44,10 @@ one() {  # name, package root (run from there: `python -m` reads the working dir
 import hashlib, json, sys
 from pathlib import Path
 run, name = Path(sys.argv[1]), sys.argv[2]
-row = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "elapsed_s" in r][-1]
+rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+row = [r for r in rows if "elapsed_s" in r][-1]
 sha = hashlib.sha256((run / "checkpoint" / "model.safetensors").read_bytes()).hexdigest()[:16]
-val = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "val/loss" in r]
+val = [r for r in rows if "val/loss" in r]
 held = ", ".join(f"{k[4:]} {v:.3f}" for k, v in val[-1].items() if k.startswith("val/acc_")) if val else "none"
 print(f"{name}: {row['step']} steps in {row['elapsed_s']:.1f} s = {row['step'] / row['elapsed_s']:.2f} steps/s; "
       f"checkpoint sha256 {sha}; held out: {held}")
