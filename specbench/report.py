@@ -319,10 +319,26 @@ def _bounds(name: str, ci: Any) -> dict[str, float | None]:
     return {f"{name}_ci_low": low, f"{name}_ci_high": high}
 
 
-def collect(roots: Sequence[Path | str], exclude: Sequence[Path | str] = ()) -> Collected:
+def _outputs_file(job_dir: Path) -> Path | None:
+    """A job's outputs.jsonl, or outputs.jsonl.gz as an archived sweep may keep it; None without either."""
+    return next((p for p in (Path(job_dir) / "outputs.jsonl", Path(job_dir) / "outputs.jsonl.gz") if p.is_file()), None)
+
+
+def outputs_rows(job_dir: Path) -> list[dict[str, Any]] | None:
+    """The lines of a job's outputs file, in order; None without one."""
+    path = _outputs_file(job_dir)
+    if path is None:
+        return None
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def collect(roots: Sequence[Path | str], exclude: Sequence[Path | str] = (),
+            read: Callable[[Path], list[dict[str, Any]] | None] = outputs_rows) -> Collected:
     """Read every results.json under `roots`; list job directories without one and files that do not parse.
 
-    `exclude`: directories that are not jobs even inside a sweep (the report's own output folder).
+    `exclude`: directories that are not jobs even inside a sweep (the report's own output folder). `read`: how a
+    job's outputs file is read (build_report passes one that reads each file once).
     """
     roots = [Path(r) for r in roots]
     out = Collected()
@@ -357,7 +373,7 @@ def collect(roots: Sequence[Path | str], exclude: Sequence[Path | str] = ()) -> 
                 out.unreadable.append((path, f"{type(e).__name__}: {e}"))
     out.jobs.sort(key=lambda j: tuple(_sort_key(j.row.get(c)) for c in
                                       ("target", "dataset", "strategy", "settings", "temperature", "top_k", "top_p", "k", "job")))
-    _exact_match_against_none_jobs(out.jobs)
+    _exact_match_against_none_jobs(out.jobs, read)
     out.studies = studies(roots, all_dirs, out.jobs)
     return out
 
@@ -365,23 +381,9 @@ def collect(roots: Sequence[Path | str], exclude: Sequence[Path | str] = ()) -> 
 _SAME_REQUESTS = ("target", "dataset", "n_prompts", "max_new_tokens", "batch_size", "dtype")
 
 
-def _outputs_file(job_dir: Path) -> Path | None:
-    """A job's outputs.jsonl, or outputs.jsonl.gz as an archived sweep may keep it; None without either."""
-    return next((p for p in (Path(job_dir) / "outputs.jsonl", Path(job_dir) / "outputs.jsonl.gz") if p.is_file()), None)
-
-
-def outputs_rows(job_dir: Path) -> list[dict[str, Any]] | None:
-    """The lines of a job's outputs file, in order; None without one."""
-    path = _outputs_file(job_dir)
-    if path is None:
-        return None
-    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def _outputs(job: Job) -> dict[str, list[int]] | None:
+def _outputs(job: Job, read: Callable[[Path], list[dict[str, Any]] | None]) -> dict[str, list[int]] | None:
     try:
-        rows = outputs_rows(job.path)
+        rows = read(job.path)
         return None if rows is None else {r["prompt_id"]: r["output_token_ids"] for r in rows if r}
     except (OSError, ValueError, KeyError, TypeError, EOFError):
         return None
@@ -396,7 +398,7 @@ def _failure(job_dir: Path) -> str:
     return f" (failed: {str(error).splitlines()[0][:200]})" if error else ""
 
 
-def _exact_match_against_none_jobs(jobs: Sequence[Job]) -> None:
+def _exact_match_against_none_jobs(jobs: Sequence[Job], read: Callable[[Path], list[dict[str, Any]] | None]) -> None:
     """A T = 0 job run without its own baseline (baseline=false) is compared, prompt by prompt, with a
     `none` job of the same target, dataset, prompt count, max_new_tokens, batch size and dtype in the
     same report; its exact_match then reads "equal/n vs <none job>"."""
@@ -404,14 +406,11 @@ def _exact_match_against_none_jobs(jobs: Sequence[Job]) -> None:
         return tuple((job.results.get("run") or {}).get(c) for c in _SAME_REQUESTS)
 
     references = {key(j): j for j in jobs if j.row["strategy"] == "none" and j.row["temperature"] == 0}
-    read: dict[Path, dict[str, list[int]] | None] = {}  # each reference's outputs, read once
     for job in jobs:
         ref = references.get(key(job))
         if job.row["exact_match"] is not None or job.row["temperature"] != 0 or ref is None or ref is job:
             continue
-        if ref.path not in read:
-            read[ref.path] = _outputs(ref)
-        mine, theirs = _outputs(job), read[ref.path]
+        mine, theirs = _outputs(job, read), _outputs(ref, read)
         if not mine or not theirs or set(mine) != set(theirs):
             continue
         equal = sum(mine[pid] == theirs[pid] for pid in mine)
@@ -921,7 +920,8 @@ def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None,
     roots = [Path(r) for r in roots]
     out = Path(out_dir) if out_dir is not None else roots[0]
     out.mkdir(parents=True, exist_ok=True)
-    found = collect(roots, exclude=[out])
+    read = functools.cache(outputs_rows)  # each job's outputs file read once in this report
+    found = collect(roots, exclude=[out], read=read)
     rows = [j.row for j in found.jobs]
 
     shown, shared = _settings_per_strategy(rows)
@@ -963,7 +963,6 @@ def build_report(roots: Sequence[Path | str], out_dir: Path | str | None = None,
     if found.unreadable:
         parts.append(f"\n{len(found.unreadable)} unreadable, skipped:")
         parts += [f"- {p}: {why}" for p, why in found.unreadable]
-    read = functools.cache(outputs_rows)  # each job's outputs file read once in this report
     if against is not None:
         parts.append("\n" + against_section(found.jobs, Path(against), read))
     positions = by_position(found.jobs, read)

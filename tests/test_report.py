@@ -125,7 +125,13 @@ def test_end_to_end_ngram_sweep_then_report(tmp_path):
         assert [s["steps"] for _, stretches in by_position([job]) for s in stretches] == [steps]
 
 
-def test_jobs_without_a_baseline_are_matched_against_the_none_job(tmp_path):
+def test_jobs_without_a_baseline_are_matched_against_the_none_job(tmp_path, monkeypatch):
+    """... and the report reads each job's outputs file once, for the match and for the tables after it."""
+    from specbench import report
+
+    reads: list[Path] = []
+    monkeypatch.setattr(report, "outputs_rows", lambda d, read=report.outputs_rows: reads.append(d) or read(d))
+
     def job(name: str, strategy: str, k: int, temperature: float, outputs: dict[str, list[int]], **run) -> None:
         results = fake_results(strategy, k, temperature, 1.0 + k / 2, 1.0)
         results["exact_match"], results["baseline"], results["speedup"] = None, None, None  # baseline=false
@@ -144,6 +150,7 @@ def test_jobs_without_a_baseline_are_matched_against_the_none_job(tmp_path):
     assert rows["eagle"]["exact_match"] == "2/3 vs none"
     assert rows["eagle_t1"]["exact_match"] is None and rows["other_set"]["exact_match"] is None
     assert rows["none"]["exact_match"] is None
+    assert tmp_path / "eagle" in reads and len(reads) == len(set(reads))
 
 
 def test_jobs_that_never_started_are_listed_from_multirun_yaml(tmp_path):
