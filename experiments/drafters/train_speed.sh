@@ -37,7 +37,8 @@ python3 -m specbench.train $COMMON train.stop_after=1 output_dir=$RUN/data 2>&1 
   | tr '\r' '\n' | grep -E "^distillation" | tail -2
 one() {  # name, package root (run from there: `python -m` reads the working directory first), extra overrides
   local name=$1 root=$2; shift 2
-  (cd "$root" && PYTHONPATH=/tmp/site:$root python3 -m specbench.train $COMMON output_dir=$RUN/$name "$@") \
+  # ENTRY: what runs the trainer (train_fold.py for the bf16-fold side)
+  (cd "$root" && PYTHONPATH=/tmp/site:$root python3 ${ENTRY:--m specbench.train} $COMMON output_dir=$RUN/$name "$@") \
     > "$RUN/$name.log" 2>&1
   # the trainer's own clock: elapsed_s at the last step it logged (training only; the held-out pass comes after)
   python3 - "$RUN/$name" "$name" <<'PY'
@@ -54,7 +55,8 @@ print(f"{name}: {row['step']} steps in {row['elapsed_s']:.1f} s = {row['step'] /
 PY
 }
 # SIDES picks the runs of each round, in order: old (the package in $OLD), new-noprefetch, new-prefetch (this one,
-# train.prefetch=false / true), fp32, bf16 (this one, train.precision=float32 / bfloat16)
+# train.prefetch=false / true), fp32, bf16 (this one, train.precision=float32 / bfloat16), bf16-fold (bf16 with the
+# head's attention folded on every dtype: experiments/drafters/train_fold.py)
 for r in $(seq "${ROUNDS:-2}"); do
   for side in ${SIDES:-old new-noprefetch new-prefetch}; do
     case $side in
@@ -63,7 +65,8 @@ for r in $(seq "${ROUNDS:-2}"); do
       new-prefetch) one "$side-r$r" "$PWD" train.prefetch=true ;;
       fp32) one "$side-r$r" "$PWD" train.precision=float32 ;;
       bf16) one "$side-r$r" "$PWD" train.precision=bfloat16 ;;
-      *) echo "SIDES: unknown side $side (allowed: old new-noprefetch new-prefetch fp32 bf16)"; exit 2 ;;
+      bf16-fold) ENTRY=$PWD/experiments/drafters/train_fold.py one "$side-r$r" "$PWD" train.precision=bfloat16 ;;
+      *) echo "SIDES: unknown side $side (allowed: old new-noprefetch new-prefetch fp32 bf16 bf16-fold)"; exit 2 ;;
     esac
   done
 done | tee "$OUT/train_speed.txt"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # AL against the response's length on the CPU (fp32, batch 16): a chain at k = 3 (EAGLE's unless STRATEGY says; K sets k), up to 1024 new tokens,
 # stopping at EOS as EAGLE's own MT-Bench evaluation does (its gen_ea_answer_*.py: --max-new-token 1024 by default).
-# HEAD (default the shipped head), SET (mt-bench or humaneval), T (temperature, default 0) and OUT (the sweep
+# EXTRA adds overrides. HEAD (default the shipped head), SET (mt-bench or humaneval), T (temperature, default 0) and OUT (the sweep
 # directory) pick the job. The forty-ninth session's jobs (experiments/drafters/README.md, "AL against the length of
 # the response"), each with OUT=/tmp/len/<name> and its job's results.json and outputs.jsonl (gzipped) kept in cpu/<name>/:
 #   shipped-mt     HEAD=eagle-smollm2-135m SET=mt-bench
@@ -11,6 +11,8 @@
 #   s0-mt          HEAD=<deep2-target/checkpoint> SET=mt-bench        (the 2-layer head of seed 0; fiftieth session)
 #   s1-he          HEAD=<deep2-target-s1/checkpoint> SET=humaneval    (fiftieth session)
 #   tree5-mt       STRATEGY=eagle_tree K=4 SET=mt-bench   (the default's dynamic tree of 5 nodes, the shipped head; fiftieth session)
+#   tree60-mt      STRATEGY=eagle_tree K=6 SET=mt-bench EXTRA="strategy.k_schedule=fixed strategy.top_k=10 strategy.num_nodes=60"   (EAGLE-2's
+#                  tree size, the shipped head; fifty-first session)
 #   shipped-mt-t1  HEAD=eagle-smollm2-135m SET=mt-bench T=1
 #   ngram-mt, suffix-mt  STRATEGY=ngram / STRATEGY=suffix (drafters that copy; HEAD unused), SET=mt-bench
 # (As run: shipped-mt without strategy.checkpoint, i.e. the default's `auto`, which resolved to the shipped head;
@@ -25,4 +27,4 @@ STRATEGY=${STRATEGY:-eagle}
 head=(); [[ $STRATEGY == eagle* ]] && head=(strategy.checkpoint=$HEAD)
 python -m specbench -m logger=none baseline=false engine.batch_size=16 max_new_tokens=${TOKENS:-1024} engine.dtype=float32 \
   dataset=${SET:-mt-bench} dataset.num_prompts=null strategy=$STRATEGY strategy.k=${K:-3} sampling.temperature=${T:-0} \
-  "${head[@]}" hydra.sweep.dir=$OUT 'hydra.sweep.subdir=${hydra.job.num}'
+  "${head[@]}" ${EXTRA:-} hydra.sweep.dir=$OUT 'hydra.sweep.subdir=${hydra.job.num}'
