@@ -12,7 +12,9 @@
 #   s1-he          HEAD=<deep2-target-s1/checkpoint> SET=humaneval    (fiftieth session)
 #   tree5-mt       STRATEGY=eagle_tree K=4 SET=mt-bench   (the default's dynamic tree of 5 nodes, the shipped head; fiftieth session)
 #   tree60-mt      STRATEGY=eagle_tree K=6 SET=mt-bench EXTRA="strategy.k_schedule=fixed strategy.top_k=10 strategy.num_nodes=60"   (EAGLE-2's
-#                  tree size, the shipped head; fifty-first session)
+#                  tree size, the shipped head; not finished: started in the fifty-first session on the AMD EPYC and
+#                  stopped after 37 min at 39% of its tokens, its rate down from 28 to 3.7 tokens a second as the
+#                  responses grew; a run of several hours, better on a GPU)
 #   shipped-mt-t1  HEAD=eagle-smollm2-135m SET=mt-bench T=1
 #   ngram-mt, suffix-mt  STRATEGY=ngram / STRATEGY=suffix (drafters that copy; HEAD unused), SET=mt-bench
 # (As run: shipped-mt without strategy.checkpoint, i.e. the default's `auto`, which resolved to the shipped head;
