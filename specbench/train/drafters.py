@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 from collections import Counter
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
@@ -294,6 +295,10 @@ class Trainer:
 
     def save(self, directory: Path) -> None:
         self.module.save(directory)
+
+    def decode_overrides(self, directory: Path) -> str:
+        """The `python -m specbench` overrides that decode with the checkpoint saved in `directory`."""
+        return f"strategy={self.name} strategy.checkpoint={shlex.quote(str(directory))}"
 
     def load_weights(self, directory: Path) -> None:
         self.module.load_state_dict(read_weights(Path(directory) / "model.safetensors"))
@@ -577,6 +582,9 @@ class DraftModelTrainer(Trainer):
         model.load_state_dict(target.model.state_dict(), strict=False)
         self.module = model.to(target.model.device).train()
         self.module.requires_grad_(True)
+
+    def decode_overrides(self, directory: Path) -> str:
+        return f"strategy=draft_model draft.path={shlex.quote(str(directory))}"
 
     def loss(self, batch: Batch, token_loss: TokenLoss, positions: int,
              g: torch.Generator) -> tuple[torch.Tensor, Metrics]:

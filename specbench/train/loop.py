@@ -440,6 +440,7 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     trainer.save(ckpt_dir)
     log.finish()
     print(f"checkpoint: {ckpt_dir} ({step} steps, {time.perf_counter() - t0:.0f}s this run)")
+    print(f"decode with it (and this run's target): python -m specbench {trainer.decode_overrides(ckpt_dir.resolve())}")
     table = summary(step, list(recent), held_out, len(val_ids))
     if table:
         print(table)

@@ -38,6 +38,7 @@ def test_eagle_trains_resumes_and_loads(tmp_path, prompts_file, capsys):
     train_rows, val = [r for r in logged if "acc_1" in r], [r for r in logged if "val/acc_1" in r][-1]
     printed = capsys.readouterr().out
     assert "at step 2: mean of the last 2 training batches and the 1 held-out sequence" in printed
+    assert f"decode with it (and this run's target): python -m specbench strategy=eagle strategy.checkpoint={ckpt.resolve()}\n" in printed
     assert f"curves: {run / 'curves.png'}" in printed and (run / "curves.png").read_bytes()[:4] == b"\x89PNG"
     for k in ("acc_1", "acc_2", "loss"):
         mean = sum(r[k] for r in train_rows) / len(train_rows)
@@ -79,10 +80,11 @@ def test_medusa_trains_and_loads(tmp_path, prompts_file):
     assert MedusaProposer(ctx, k=3, checkpoint=str(ckpt)).heads.cfg.num_heads == 3
 
 
-def test_draft_model_trains_to_a_loadable_directory(tmp_path, prompts_file):
+def test_draft_model_trains_to_a_loadable_directory(tmp_path, prompts_file, capsys):
     from transformers import AutoModelForCausalLM
 
     out = train(train_cfg(tmp_path, prompts_file, "strategy=draft_model", "strategy.num_layers=1", "train.steps=2"))
+    assert f"python -m specbench strategy=draft_model draft.path={out.resolve()}\n" in capsys.readouterr().out
     # what draft.path=<dir> loads (a real target also saves its tokenizer there; tiny ones have none)
     assert AutoModelForCausalLM.from_pretrained(out).config.num_hidden_layers == 1
 
