@@ -333,8 +333,11 @@ def outputs_rows(job_dir: Path) -> list[dict[str, Any]] | None:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+OutputsReader = Callable[[Path], list[dict[str, Any]] | None]  # outputs_rows, or a cached one (build_report)
+
+
 def collect(roots: Sequence[Path | str], exclude: Sequence[Path | str] = (),
-            read: Callable[[Path], list[dict[str, Any]] | None] = outputs_rows) -> Collected:
+            read: OutputsReader = outputs_rows) -> Collected:
     """Read every results.json under `roots`; list job directories without one and files that do not parse.
 
     `exclude`: directories that are not jobs even inside a sweep (the report's own output folder). `read`: how a
@@ -381,7 +384,7 @@ def collect(roots: Sequence[Path | str], exclude: Sequence[Path | str] = (),
 _SAME_REQUESTS = ("target", "dataset", "n_prompts", "max_new_tokens", "batch_size", "dtype")
 
 
-def _outputs(job: Job, read: Callable[[Path], list[dict[str, Any]] | None]) -> dict[str, list[int]] | None:
+def _outputs(job: Job, read: OutputsReader) -> dict[str, list[int]] | None:
     try:
         rows = read(job.path)
         return None if rows is None else {r["prompt_id"]: r["output_token_ids"] for r in rows if r}
@@ -398,7 +401,7 @@ def _failure(job_dir: Path) -> str:
     return f" (failed: {str(error).splitlines()[0][:200]})" if error else ""
 
 
-def _exact_match_against_none_jobs(jobs: Sequence[Job], read: Callable[[Path], list[dict[str, Any]] | None]) -> None:
+def _exact_match_against_none_jobs(jobs: Sequence[Job], read: OutputsReader) -> None:
     """A T = 0 job run without its own baseline (baseline=false) is compared, prompt by prompt, with a
     `none` job of the same target, dataset, prompt count, max_new_tokens, batch size and dtype in the
     same report; its exact_match then reads "equal/n vs <none job>"."""
@@ -800,8 +803,7 @@ def _plot_per_position(jobs: Sequence[Job], path: Path) -> Path | None:
 # --- the report --------------------------------------------------------------------------------
 
 
-def per_prompt_acceptance(job_dir: Path, read: Callable[[Path], list[dict[str, Any]] | None] = outputs_rows
-                          ) -> tuple[list[str], list[int], list[int]] | None:
+def per_prompt_acceptance(job_dir: Path, read: OutputsReader = outputs_rows) -> tuple[list[str], list[int], list[int]] | None:
     """A job's prompt ids, accepted tokens and drafts, one each per prompt in its outputs file's order; None without
     one. `read`: how the outputs file is read (build_report passes one that reads each job once)."""
     rows = read(job_dir)
@@ -815,8 +817,7 @@ def _stretch_name(stretch: Mapping[str, Any]) -> str:
     return f"{stretch['start']}-{stretch['end'] - 1}" if stretch["end"] is not None else f"{stretch['start']}+"
 
 
-def by_position(jobs: Sequence[Job], read: Callable[[Path], list[dict[str, Any]] | None] = outputs_rows
-                ) -> list[tuple[Job, list[dict[str, Any]]]]:
+def by_position(jobs: Sequence[Job], read: OutputsReader = outputs_rows) -> list[tuple[Job, list[dict[str, Any]]]]:
     """Each drafting job's AL over stretches of its responses (metrics.al_by_position), for the jobs whose outputs
     file records every prompt's tokens_per_step (written since 2026-12-07); others are left out of this section."""
     found = []
@@ -875,8 +876,7 @@ def _plot_by_position(found: Sequence[tuple[Job, list[dict[str, Any]]]], path: P
     return path
 
 
-def against_section(jobs: Sequence[Job], reference: Path,
-                    read: Callable[[Path], list[dict[str, Any]] | None] = outputs_rows) -> str:
+def against_section(jobs: Sequence[Job], reference: Path, read: OutputsReader = outputs_rows) -> str:
     """report.md's comparison of every job with `reference` (a job directory) on the prompts both ran: each job's AL
     minus the reference's, with a 95% interval from resampling the prompts in pairs (metrics.paired_difference_ci).
     A job whose outputs.jsonl is missing or holds other prompts is listed as such."""
