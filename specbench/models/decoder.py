@@ -113,18 +113,20 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     """SDPA of q [B, Hq, T, D] over k, v [B, Hkv, S, D] (query head h reads key/value head h // G, G = Hq / Hkv)
     under a boolean mask [B, 1, T, S] -> [B, Hq, T, D].
 
-    `fold` (on CUDA in float32 unless given): run it as Hkv heads of G * T queries, each head's group of queries
-    folded into the query axis. In float32 SDPA's enable_gqa with a mask is taken by no fused CUDA backend, and its
-    math backend copies the keys and values out to every query head, each layer and step; folded, the
-    memory-efficient kernel reads each key/value head once (an H100, torch 2.11: 292 against 867 us at the
-    distillation data's decode shape, and its whole step 17 against 30 ms). In bfloat16 a fused kernel takes the
-    grouped call, and folding is slower (an 8B prefill of 1024 tokens: 155 against 116 us), so it is left as it is
-    (experiments/drafters/datagen-run2/). The CPU's own kernel takes the groups as they are (and gives the same bits
-    with enable_gqa on or off when the head counts are equal)."""
+    `fold` (on CUDA, unless given, wherever no fused kernel takes the grouped call: in float32, and in any dtype
+    while cuDNN's attention is off): run it as Hkv heads of G * T queries, each head's group of queries folded into
+    the query axis. In float32 SDPA's enable_gqa with a mask is taken by no fused CUDA backend, and its math backend
+    copies the keys and values out to every query head, each layer and step; folded, the memory-efficient kernel
+    reads each key/value head once (an H100, torch 2.11: 292 against 867 us at the distillation data's decode
+    shape, and its whole step 17 against 30 ms). In bfloat16 cuDNN takes the grouped call, and folding is slower (an
+    8B prefill of 1024 tokens: 155 against 116 us; experiments/drafters/datagen-run2/). Without cuDNN (training in
+    bfloat16 leaves it out, train/loop.autocast) only the math backend would: folded, a head's training step ran
+    1.29-1.41x faster (experiments/drafters/train_speed/fold-run1/). The CPU's own kernel takes the groups as they
+    are (and gives the same bits with enable_gqa on or off when the head counts are equal)."""
     bsz, hq, t, d = q.shape
     hkv = k.shape[1]
     if fold is None:
-        fold = q.device.type == "cuda" and q.dtype == torch.float32
+        fold = q.device.type == "cuda" and (q.dtype == torch.float32 or not torch.backends.cuda.cudnn_sdp_enabled())
     if not fold or hq == hkv:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=hq != hkv)
     g = hq // hkv

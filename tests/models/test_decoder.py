@@ -101,6 +101,27 @@ def test_masked_attention_on_cuda_equals_enable_gqa(t):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.gpu
+def test_masked_attention_folds_bfloat16_when_cudnn_is_off():
+    """With cuDNN's attention off (bfloat16 training, train/loop.autocast) a bfloat16 call folds by default, as a
+    float32 one does: the same output as the folded call, and close to SDPA's grouped one."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    bsz, hq, hkv, t, s, d = 3, 9, 3, 5, 13, 64
+    q = torch.randn(bsz, hq, t, d, generator=g, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(bsz, hkv, s, d, generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    positions = torch.arange(t, device="cuda")[None, :] + torch.tensor([[4], [7], [8]], device="cuda")
+    mask = torch.arange(s, device="cuda")[None, None, None, :] <= positions[:, None, :, None]
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+        got = masked_attention(q, k, v, mask, 0.125)
+        assert torch.equal(got, masked_attention(q, k, v, mask, 0.125, fold=True))
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.125, enable_gqa=True)
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
 def test_fused_weights_are_views_and_shared():
     m = tiny("tiny-qwen3")
     r1 = DecoderRunner(m.model)
