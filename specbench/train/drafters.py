@@ -24,7 +24,7 @@ import copy
 import json
 import shlex
 from collections import Counter
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specbench.errors import ConfigError, read_json_object
+from specbench.errors import ConfigError, read_json_object, require_int
 from specbench.models.loading import LoadedModel
 from specbench.strategies.checkpoints import read_weights
 from specbench.strategies.eagle import DRAFT_LM_HEADS, EagleConfig, EagleHead, is_layer_count
@@ -263,6 +263,12 @@ class Trainer:
         self.module: nn.Module
         self.init_from: Path | None = None  # a fine-tune's starting checkpoint (start_checkpoint), where supported
 
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """The checks of the strategy.* settings that need no target. train() runs them before the target loads, so
+        a mistyped value costs no model load; the constructor runs them again and checks the rest against the
+        target."""
+
     def layers(self) -> tuple[int, ...]:
         """Target layers this drafter reads (cached with the distillation data)."""
         return ()
@@ -333,19 +339,13 @@ class EagleTrainer(Trainer):
                  intermediate_size: int | None = None, aligned_unroll: bool = False,
                  init_from: str | None = None, num_layers: int = 1, draft_lm_head: str = "own") -> None:
         super().__init__(target, target_label, data_layers)
+        self.check_options({"aligned_unroll": aligned_unroll, "soft_labels": soft_labels, "unroll": unroll,
+                            "num_layers": num_layers, "draft_lm_head": draft_lm_head, "draft_vocab": draft_vocab})
         self.init_from = start_checkpoint(init_from, self.name, target_label)
-        if not isinstance(aligned_unroll, bool):
-            raise ConfigError(f"strategy.aligned_unroll={aligned_unroll!r}; allowed: true (train unrolled step j only "
-                              f"where steps 1..j-1 predicted the tokens it is fed) or false (at every position)")
-        if not isinstance(soft_labels, bool):
-            raise ConfigError(f"strategy.soft_labels={soft_labels!r}; allowed: true (the target's distribution) or "
-                              f"false (its top-1)")
         n_layers = target.model.config.num_hidden_layers
         if fuse_layers and not all(0 <= i < n_layers for i in fuse_layers):
             raise ConfigError(f"strategy.fuse_layers={list(fuse_layers)}; allowed: target layer indices "
                               f"0..{n_layers - 1}")
-        if unroll < 1:
-            raise ConfigError(f"strategy.unroll={unroll}; allowed: an integer >= 1")
         cfg = EagleConfig.for_target(target.model.config, fuse_layers, target_label)
         _raise_if_bad_draft_vocab(draft_vocab, cfg.vocab_size)
         cfg.draft_vocab_size = draft_vocab
@@ -354,20 +354,31 @@ class EagleTrainer(Trainer):
                 raise ConfigError(f"strategy.intermediate_size={intermediate_size!r}; allowed: null (the target's, "
                                   f"{cfg.intermediate_size}) or an integer >= 1: the width of the head's MLP")
             cfg.intermediate_size = intermediate_size
-        if not is_layer_count(num_layers):
-            raise ConfigError(f"strategy.num_layers={num_layers!r}; allowed: an integer >= 1, the head's decoder layers "
-                              f"(1 as EAGLE publishes it)")
-        cfg.num_layers = num_layers
-        if draft_lm_head not in DRAFT_LM_HEADS or (draft_lm_head == "target" and not draft_vocab):
-            raise ConfigError(f"strategy.draft_lm_head={draft_lm_head!r} with strategy.draft_vocab={draft_vocab!r}; "
-                              f"allowed: own (the draft vocabulary's own LM head, trained and saved) or target (the "
-                              f"target's LM head rows at the draft ids, frozen and not saved; needs strategy.draft_vocab)")
-        cfg.draft_lm_head = draft_lm_head
+        cfg.num_layers, cfg.draft_lm_head = num_layers, draft_lm_head
         self.module = EagleHead(cfg, target.model)
         self.vocab: DraftVocab | None = None  # chosen in prepare(), once the data exists
         self.unroll, self.w_feature, self.w_token, self.noise = unroll, w_feature, w_token, feature_noise
         self.soft_labels = soft_labels
         self.aligned_unroll = aligned_unroll
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        o = options  # a setting left out takes the constructor's default, which passes
+        if not isinstance(o.get("aligned_unroll", False), bool):
+            raise ConfigError(f"strategy.aligned_unroll={o['aligned_unroll']!r}; allowed: true (train unrolled step j "
+                              f"only where steps 1..j-1 predicted the tokens it is fed) or false (at every position)")
+        if not isinstance(o.get("soft_labels", True), bool):
+            raise ConfigError(f"strategy.soft_labels={o['soft_labels']!r}; allowed: true (the target's distribution) "
+                              f"or false (its top-1)")
+        require_int("strategy.unroll", o.get("unroll", 1))
+        if not is_layer_count(o.get("num_layers", 1)):
+            raise ConfigError(f"strategy.num_layers={o['num_layers']!r}; allowed: an integer >= 1, the head's decoder "
+                              f"layers (1 as EAGLE publishes it)")
+        head, vocab = o.get("draft_lm_head", "own"), o.get("draft_vocab")
+        if head not in DRAFT_LM_HEADS or (head == "target" and not vocab):
+            raise ConfigError(f"strategy.draft_lm_head={head!r} with strategy.draft_vocab={vocab!r}; allowed: own (the "
+                              f"draft vocabulary's own LM head, trained and saved) or target (the target's LM head rows "
+                              f"at the draft ids, frozen and not saved; needs strategy.draft_vocab)")
 
     def layers(self) -> tuple[int, ...]:
         return tuple(self.module.cfg.fuse_layers or ())
@@ -530,13 +541,16 @@ class MedusaTrainer(Trainer):
     def __init__(self, target: LoadedModel, target_label: str, data_layers: tuple[int, ...], name: str = "medusa",
                  num_heads: int = 4, decay: float = 0.8, init_from: str | None = None) -> None:
         super().__init__(target, target_label, data_layers)
+        self.check_options({"num_heads": num_heads})
         self.init_from = start_checkpoint(init_from, self.name, target_label)
-        if num_heads < 1:
-            raise ConfigError(f"strategy.num_heads={num_heads}; allowed: an integer >= 1")
         cfg = MedusaConfig(hidden_size=target.model.config.hidden_size, num_heads=num_heads,
                            vocab_size=target.model.config.vocab_size, target=target_label)
         self.module = MedusaHeads(cfg, target.model)
         self.decay = decay
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        require_int("strategy.num_heads", options.get("num_heads", 1))  # left out: the default, which passes
 
     def loss(self, batch: Batch, token_loss: TokenLoss, positions: int,
              g: torch.Generator) -> tuple[torch.Tensor, Metrics]:

@@ -336,6 +336,8 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
         raise ConfigError(f"resume=true but {last} holds no saved state; run once without resume first")
     check_data_settings(d)  # before the target loads: a wrong setting costs no model load
     check_train_settings(c)
+    options = {k: v for k, v in s.items() if k != "_target_"}
+    cls.check_options(options)
     device = run_device(c.get("device", "auto"))
     if c.get("threads"):
         torch.set_num_threads(int(c["threads"]))
@@ -350,7 +352,6 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
 
     # 1) target (frozen) and trainer
     target = load_model(target_spec, device, torch.float32)
-    options = {k: v for k, v in s.items() if k != "_target_"}
     probe = cls(target, target_spec.label, (), **options)
     layers = tuple(sorted(set(d.get("layers") or []) | set(probe.layers())))
     trainer = cls(target, target_spec.label, layers, **options) if layers else probe

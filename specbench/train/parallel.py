@@ -22,7 +22,9 @@ the norm). Only the decoder layers and the final norm train.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -65,8 +67,7 @@ class ParallelTrainer(Trainer):
         super().__init__(target, target_label, data_layers)
         hf = target.model
         total = hf.config.num_hidden_layers
-        require_int("strategy.k", k, 2)
-        require_int("strategy.cuts", cuts, 0)
+        self.check_options({"k": k, "cuts": cuts})
         vocab = target.vocab_size
         self.mask_id = default_mask_token_id(target.tokenizer, vocab) if mask_token_id is None else mask_token_id
         if not 0 <= self.mask_id < vocab:
@@ -94,6 +95,11 @@ class ParallelTrainer(Trainer):
         self.cfg = ParallelConfig(num_layers=num_layers, k=k, mask_token_id=self.mask_id,
                                   hidden_size=hf.config.hidden_size, vocab_size=vocab, shares_embeddings=shares,
                                   target=target_label)
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        require_int("strategy.k", options.get("k", 2), 2)  # a setting left out: the default, which passes
+        require_int("strategy.cuts", options.get("cuts", 0), 0)
 
     def loss(self, batch: Batch, token_loss: TokenLoss, positions: int, g: torch.Generator) -> tuple[torch.Tensor, Metrics]:
         model, k = self.module, self.k

@@ -421,16 +421,24 @@ def test_a_deeper_head_trains_saves_its_layers_and_decodes_losslessly(tmp_path, 
     _decodes_losslessly_through_run(ckpt, tmp_path)
 
 
-@pytest.mark.parametrize("layers", ["0", "-1", "1.5", "two", "true"])
-def test_a_bad_num_layers_is_a_config_error_before_any_data_is_made(tmp_path, prompts_file, layers):
-    with pytest.raises(ConfigError, match=r"strategy.num_layers=.*allowed: an integer >= 1"):
-        train(train_cfg(tmp_path, prompts_file, "strategy=eagle", f"strategy.num_layers={layers}"))
-    assert not (tmp_path / "data").exists()
+@pytest.mark.parametrize(("overrides", "match"), [
+    *((("strategy=eagle", f"strategy.num_layers={n}"), r"strategy.num_layers=.*allowed: an integer >= 1")
+      for n in ("0", "-1", "1.5", "two", "true")),
+    (("strategy=eagle", "strategy.aligned_unroll=yes"), r"strategy.aligned_unroll='yes'; allowed: true .* or false"),
+    (("strategy=eagle", "strategy.soft_labels=2"), r"strategy.soft_labels=2; allowed: true .* or false"),
+    (("strategy=eagle", "strategy.unroll=0"), r"strategy.unroll=0; allowed: an integer >= 1"),
+    (("strategy=eagle", "strategy.draft_lm_head=target"), r"draft_lm_head='target' with strategy.draft_vocab=None"),
+    (("strategy=medusa", "strategy.num_heads=0"), r"strategy.num_heads=0; allowed: an integer >= 1"),
+    (("strategy=parallel", "strategy.k=1"), r"strategy.k=1; allowed: an integer >= 2"),
+])
+def test_a_bad_strategy_setting_is_a_config_error_before_the_target_loads(tmp_path, prompts_file, monkeypatch,
+                                                                         overrides, match):
+    def fake_load(*args, **kwargs):  # a fake: the checks must come first, so the target is never loaded
+        raise AssertionError("the target loaded before the strategy.* settings were checked")
 
-
-def test_a_bad_aligned_unroll_value_is_a_config_error(tmp_path, prompts_file):
-    with pytest.raises(ConfigError, match=r"strategy.aligned_unroll='yes'; allowed: true .* or false"):
-        train(train_cfg(tmp_path, prompts_file, "strategy=eagle", "strategy.aligned_unroll=yes"))
+    monkeypatch.setattr("specbench.train.loop.load_model", fake_load)
+    with pytest.raises(ConfigError, match=match):
+        train(train_cfg(tmp_path, prompts_file, *overrides))
     assert not (tmp_path / "data").exists()
 
 
