@@ -264,10 +264,10 @@ class Trainer:
         self.init_from: Path | None = None  # a fine-tune's starting checkpoint (start_checkpoint), where supported
 
     @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> None:
-        """The checks of the strategy.* settings that need no target. train() runs them before the target loads, so
-        a mistyped value costs no model load; the constructor runs them again and checks the rest against the
-        target."""
+    def check_options(cls, options: Mapping[str, Any], target_label: str) -> None:
+        """The checks of the strategy.* settings that need no target's weights (a starting checkpoint, strategy.init_from,
+        is checked against the target's label). train() runs them before the target loads, so a mistyped value costs
+        no model load; the constructor runs them again and checks the rest against the target."""
 
     def layers(self) -> tuple[int, ...]:
         """Target layers this drafter reads (cached with the distillation data)."""
@@ -340,7 +340,8 @@ class EagleTrainer(Trainer):
                  init_from: str | None = None, num_layers: int = 1, draft_lm_head: str = "own") -> None:
         super().__init__(target, target_label, data_layers)
         self.check_options({"aligned_unroll": aligned_unroll, "soft_labels": soft_labels, "unroll": unroll,
-                            "num_layers": num_layers, "draft_lm_head": draft_lm_head, "draft_vocab": draft_vocab})
+                            "num_layers": num_layers, "draft_lm_head": draft_lm_head, "draft_vocab": draft_vocab},
+                           target_label)
         self.init_from = start_checkpoint(init_from, self.name, target_label)
         n_layers = target.model.config.num_hidden_layers
         if fuse_layers and not all(0 <= i < n_layers for i in fuse_layers):
@@ -362,8 +363,9 @@ class EagleTrainer(Trainer):
         self.aligned_unroll = aligned_unroll
 
     @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> None:
+    def check_options(cls, options: Mapping[str, Any], target_label: str) -> None:
         o = options  # a setting left out takes the constructor's default, which passes
+        start_checkpoint(o.get("init_from"), cls.name, target_label)
         if not isinstance(o.get("aligned_unroll", False), bool):
             raise ConfigError(f"strategy.aligned_unroll={o['aligned_unroll']!r}; allowed: true (train unrolled step j "
                               f"only where steps 1..j-1 predicted the tokens it is fed) or false (at every position)")
@@ -541,7 +543,7 @@ class MedusaTrainer(Trainer):
     def __init__(self, target: LoadedModel, target_label: str, data_layers: tuple[int, ...], name: str = "medusa",
                  num_heads: int = 4, decay: float = 0.8, init_from: str | None = None) -> None:
         super().__init__(target, target_label, data_layers)
-        self.check_options({"num_heads": num_heads})
+        self.check_options({"num_heads": num_heads}, target_label)
         self.init_from = start_checkpoint(init_from, self.name, target_label)
         cfg = MedusaConfig(hidden_size=target.model.config.hidden_size, num_heads=num_heads,
                            vocab_size=target.model.config.vocab_size, target=target_label)
@@ -549,8 +551,9 @@ class MedusaTrainer(Trainer):
         self.decay = decay
 
     @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> None:
+    def check_options(cls, options: Mapping[str, Any], target_label: str) -> None:
         require_int("strategy.num_heads", options.get("num_heads", 1))  # left out: the default, which passes
+        start_checkpoint(options.get("init_from"), cls.name, target_label)
 
     def loss(self, batch: Batch, token_loss: TokenLoss, positions: int,
              g: torch.Generator) -> tuple[torch.Tensor, Metrics]:

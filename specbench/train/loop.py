@@ -337,7 +337,7 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     check_data_settings(d)  # before the target loads: a wrong setting costs no model load
     check_train_settings(c)
     options = {k: v for k, v in s.items() if k != "_target_"}
-    cls.check_options(options)
+    cls.check_options(options, target_spec.label)
     device = run_device(c.get("device", "auto"))
     if c.get("threads"):
         torch.set_num_threads(int(c["threads"]))

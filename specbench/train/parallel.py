@@ -67,15 +67,12 @@ class ParallelTrainer(Trainer):
         super().__init__(target, target_label, data_layers)
         hf = target.model
         total = hf.config.num_hidden_layers
-        self.check_options({"k": k, "cuts": cuts})
+        self.check_options({"k": k, "cuts": cuts, "init_from": init_from}, target_label)
         vocab = target.vocab_size
         self.mask_id = default_mask_token_id(target.tokenizer, vocab) if mask_token_id is None else mask_token_id
         if not 0 <= self.mask_id < vocab:
             raise ConfigError(f"strategy.mask_token_id={mask_token_id}; allowed: an id in 0..{vocab - 1}, or null")
         if init_from:
-            if not (Path(init_from) / "config.json").is_file():
-                raise ConfigError(f"strategy.init_from={init_from!r} is not a draft model directory (config.json "
-                                  f"and model.safetensors, as `python -m specbench.train strategy=draft_model` writes)")
             from transformers import AutoModelForCausalLM
 
             model = AutoModelForCausalLM.from_pretrained(init_from, dtype=torch.float32)
@@ -97,9 +94,13 @@ class ParallelTrainer(Trainer):
                                   target=target_label)
 
     @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> None:
+    def check_options(cls, options: Mapping[str, Any], target_label: str) -> None:
         require_int("strategy.k", options.get("k", 2), 2)  # a setting left out: the default, which passes
         require_int("strategy.cuts", options.get("cuts", 0), 0)
+        init_from = options.get("init_from")
+        if init_from and not (Path(init_from) / "config.json").is_file():
+            raise ConfigError(f"strategy.init_from={init_from!r} is not a draft model directory (config.json and "
+                              f"model.safetensors, as `python -m specbench.train strategy=draft_model` writes)")
 
     def loss(self, batch: Batch, token_loss: TokenLoss, positions: int, g: torch.Generator) -> tuple[torch.Tensor, Metrics]:
         model, k = self.module, self.k

@@ -430,6 +430,9 @@ def test_a_deeper_head_trains_saves_its_layers_and_decodes_losslessly(tmp_path, 
     (("strategy=eagle", "strategy.draft_lm_head=target"), r"draft_lm_head='target' with strategy.draft_vocab=None"),
     (("strategy=medusa", "strategy.num_heads=0"), r"strategy.num_heads=0; allowed: an integer >= 1"),
     (("strategy=parallel", "strategy.k=1"), r"strategy.k=1; allowed: an integer >= 2"),
+    (("strategy=eagle", "strategy.init_from=nowhere"), r"strategy.init_from='nowhere' holds no model.safetensors"),
+    (("strategy=medusa", "strategy.init_from=nowhere"), r"strategy.init_from='nowhere' holds no model.safetensors"),
+    (("strategy=parallel", "strategy.init_from=nowhere"), r"strategy.init_from='nowhere' is not a draft model"),
 ])
 def test_a_bad_strategy_setting_is_a_config_error_before_the_target_loads(tmp_path, prompts_file, monkeypatch,
                                                                          overrides, match):
