@@ -11,10 +11,12 @@
 #   s0-mt          HEAD=<deep2-target/checkpoint> SET=mt-bench        (the 2-layer head of seed 0; fiftieth session)
 #   s1-he          HEAD=<deep2-target-s1/checkpoint> SET=humaneval    (fiftieth session)
 #   tree5-mt       STRATEGY=eagle_tree K=4 SET=mt-bench   (the default's dynamic tree of 5 nodes, the shipped head; fiftieth session)
-#   tree60-mt      STRATEGY=eagle_tree K=6 SET=mt-bench EXTRA="strategy.k_schedule=fixed strategy.top_k=10 strategy.num_nodes=60"   (EAGLE-2's
-#                  tree size, the shipped head; not finished: started in the fifty-first session on the AMD EPYC and
-#                  stopped after 37 min at 39% of its tokens, its rate down from 28 to 3.7 tokens a second as the
-#                  responses grew; a run of several hours, better on a GPU)
+#   tree60-mt      STRATEGY=eagle_tree K=6 SET=mt-bench EXTRA="strategy.k_schedule=fixed strategy.top_k=10 strategy.num_nodes=60
+#                  engine.scheduler=continuous"   (EAGLE-2's tree size, the shipped head; fifty-second session, AMD EPYC.
+#                  The fifty-first session's static run fell from 28 to 3.7 tokens a second, as a batch's short
+#                  responses ended and their rows were still verified beside the long ones, and was stopped at 39%;
+#                  with the continuous scheduler a finished row's slot takes the next prompt: 2194 s in all. Its 80
+#                  responses are token for token the other MT-Bench T=0 jobs'.)
 #   shipped-mt-t1  HEAD=eagle-smollm2-135m SET=mt-bench T=1
 #   ngram-mt, suffix-mt  STRATEGY=ngram / STRATEGY=suffix (drafters that copy; HEAD unused), SET=mt-bench
 # (As run: shipped-mt without strategy.checkpoint, i.e. the default's `auto`, which resolved to the shipped head;
