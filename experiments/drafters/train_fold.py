@@ -5,6 +5,9 @@ and v are bfloat16, so the call goes unfolded to SDPA with enable_gqa and a bool
 (train_speed/bf16-run2/) spent 70 of 79 GPU ms a step in its bmm and softmax. Folded, the memory-efficient kernel
 takes it, as in float32. train_speed.sh's side `bf16-fold` runs this.
 
+Since af5881e main folds so itself while cuDNN's attention is off, as under train.precision=bfloat16, so this probe
+now trains as `python -m specbench.train` does (train_speed/main-bf16-run1/); it stays to rerun fold-run1's command.
+
     python3 experiments/drafters/train_fold.py <the overrides of python -m specbench.train>
 """
 

@@ -56,7 +56,7 @@ PY
 }
 # SIDES picks the runs of each round, in order: old (the package in $OLD), new-noprefetch, new-prefetch (this one,
 # train.prefetch=false / true), fp32, bf16 (this one, train.precision=float32 / bfloat16), bf16-fold (bf16 with the
-# head's attention folded on every dtype: experiments/drafters/train_fold.py)
+# head's attention folded on every dtype: experiments/drafters/train_fold.py; since af5881e the same as bf16)
 for r in $(seq "${ROUNDS:-2}"); do
   for side in ${SIDES:-old new-noprefetch new-prefetch}; do
     case $side in
