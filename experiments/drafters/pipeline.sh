@@ -264,6 +264,9 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
       name=${v%%:*}
       o=${v#*:}
       [ -n "${TRAIN_SEED:-}" ] && name=$name-s$TRAIN_SEED && o="${o:+$o;}train.seed=$TRAIN_SEED"
+      # TRAIN_PRECISION=bfloat16 (fifty-third session): each run under bf16 autocast (train.precision), named
+      # <run>-bfloat16: the recipe's 6000 steps at 1.41x float32's steps a second, for its AL against float32's head
+      [ -n "${TRAIN_PRECISION:-}" ] && name=$name-$TRAIN_PRECISION && o="${o:+$o;}train.precision=$TRAIN_PRECISION"
       # TRAIN_RESUME=1 (forty-seventh session): continue a run a call's limit cut, from its <run>/last (saved every
       # train.save_every steps, and at the step under way if a SIGTERM reaches the trainer; the batches are a function
       # of the step, so the rest of the run sees the same ones)
