@@ -32,6 +32,7 @@ HEADS = [
     ("ft plain", "aligned-ft/h100-al/chain/2", "the shipped head + 1500 steps at 2e-4, the set in bfloat16"),
     ("ft grown to 2 layers", "deep/grow-ft/h100-al/chain/1", "the shipped head grown to 2 decoder layers + 1500 steps at 2e-4"),
     ("2 layers", "deep/scratch2/h100-al/chain/2", "wide's recipe, 2 decoder layers, the target's LM head rows, the set in bfloat16"),
+    ("2 layers, bf16 training", "deep/bf16/al/chain/4", "the 2-layer recipe trained under bf16 autocast (train.precision)"),
 ]
 
 
