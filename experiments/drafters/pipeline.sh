@@ -74,7 +74,10 @@ PROMPTS=$RUN/magpie.jsonl.gz
 COMMON="target=smollm2-135m device=$DEV logger=none seed=0
   data.path=[$PROMPTS,$PWD/experiments/drafters/prompts/python_stdlib.jsonl.gz,$SPEC] data.cache_dir=$RUN/distill
   data.max_prompt_tokens=$MAXP data.max_new_tokens=$NEW data.samples=1 data.batch_size=$DATA_BS
-  train.ce_vocab=0 train.ce_positions=0 train.val_sequences=$VAL train.save_every=$SAVE save_dtype=float16 $EXTRA"
+  train.ce_vocab=0 train.ce_positions=0 train.val_sequences=$VAL train.save_every=$SAVE save_dtype=float16 $EXTRA
+  train.precision=${TRAIN_PRECISION:-float32}"
+# train.precision: every stage here trained in float32 (the default until 2026-12-08; now auto: bf16 for EAGLE heads on CUDA), so
+# its commands make the same heads; TRAIN_PRECISION=bfloat16 trains a stage's runs in bf16 (see TRAIN_SEED below)
 # DATA_DTYPE=bfloat16 (thirty-ninth session): the set written by the target in bfloat16 on the decode engine's path
 # (data.dtype; its shards live apart from float32's): pass it to the data calls and to the training call alike
 [ -n "${DATA_DTYPE:-}" ] && COMMON="$COMMON data.dtype=$DATA_DTYPE"
@@ -264,9 +267,9 @@ if [ "$stage" = evals-data ] || [ "$stage" = evals ] || [ "$stage" = soft ] || [
       name=${v%%:*}
       o=${v#*:}
       [ -n "${TRAIN_SEED:-}" ] && name=$name-s$TRAIN_SEED && o="${o:+$o;}train.seed=$TRAIN_SEED"
-      # TRAIN_PRECISION=bfloat16 (fifty-third session): each run under bf16 autocast (train.precision), named
-      # <run>-bfloat16: the recipe's 6000 steps at 1.41x float32's steps a second, for its AL against float32's head
-      [ -n "${TRAIN_PRECISION:-}" ] && name=$name-$TRAIN_PRECISION && o="${o:+$o;}train.precision=$TRAIN_PRECISION"
+      # TRAIN_PRECISION=bfloat16 (fifty-third session): each run under bf16 autocast (train.precision, in COMMON),
+      # named <run>-bfloat16: the recipe's 6000 steps at 1.41x float32's steps a second, for its AL against float32's
+      [ -n "${TRAIN_PRECISION:-}" ] && name=$name-$TRAIN_PRECISION
       # TRAIN_RESUME=1 (forty-seventh session): continue a run a call's limit cut, from its <run>/last (saved every
       # train.save_every steps, and at the step under way if a SIGTERM reaches the trainer; the batches are a function
       # of the step, so the rest of the run sees the same ones)

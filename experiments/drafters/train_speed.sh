@@ -56,13 +56,14 @@ PY
 }
 # SIDES picks the runs of each round, in order: old (the package in $OLD), new-noprefetch, new-prefetch (this one,
 # train.prefetch=false / true), fp32, bf16 (this one, train.precision=float32 / bfloat16), bf16-fold (bf16 with the
-# head's attention folded on every dtype: experiments/drafters/train_fold.py; since af5881e the same as bf16)
+# head's attention folded on every dtype: experiments/drafters/train_fold.py; since af5881e the same as bf16). The
+# new-* sides and the profile run float32, as they did before train.precision's default became auto (bf16 for EAGLE heads on CUDA)
 for r in $(seq "${ROUNDS:-2}"); do
   for side in ${SIDES:-old new-noprefetch new-prefetch}; do
     case $side in
       old) one "old-r$r" "$OLD" ;;
-      new-noprefetch) one "$side-r$r" "$PWD" train.prefetch=false ;;
-      new-prefetch) one "$side-r$r" "$PWD" train.prefetch=true ;;
+      new-noprefetch) one "$side-r$r" "$PWD" train.prefetch=false train.precision=float32 ;;
+      new-prefetch) one "$side-r$r" "$PWD" train.prefetch=true train.precision=float32 ;;
       fp32) one "$side-r$r" "$PWD" train.precision=float32 ;;
       bf16) one "$side-r$r" "$PWD" train.precision=bfloat16 ;;
       bf16-fold) ENTRY=$PWD/experiments/drafters/train_fold.py one "$side-r$r" "$PWD" train.precision=bfloat16 ;;
@@ -73,6 +74,6 @@ done | tee "$OUT/train_speed.txt"
 # PROFILE=1: then where a step's time goes (experiments/drafters/profile_train.py: steps 10-14 of a 30-step run of
 # the new package with the same settings) into $OUT/prof-train (summary.txt, ops.txt, trace.json.gz)
 if [ "${PROFILE:-0}" = 1 ]; then
-  PROFILE_OUT=$OUT/prof-train${PROFILE_TAG:-} python3 experiments/drafters/profile_train.py $COMMON train.steps=30 ${PROFILE_ARGS:-} \
+  PROFILE_OUT=$OUT/prof-train${PROFILE_TAG:-} python3 experiments/drafters/profile_train.py $COMMON train.steps=30 train.precision=float32 ${PROFILE_ARGS:-} \
     output_dir=$RUN/prof 2>&1 | tr '\r' '\n' | grep -v "^train eagle:" | tail -8
 fi

@@ -15,7 +15,9 @@ from safetensors.torch import load_file
 
 from specbench_testing import train_cfg, train_overrides
 from specbench.train.data import DistillData
-from specbench.train.loop import Batches, host_batch, make_batch, to_device, train
+from specbench.train.drafters import DraftModelTrainer, EagleTrainer, MedusaTrainer
+from specbench.train.loop import Batches, host_batch, make_batch, resolve_precision, to_device, train
+from specbench.train.parallel import ParallelTrainer
 
 CPU = torch.device("cpu")
 H, LAYERS = 5, (0, 2, 3)  # odd sizes: a swapped axis fails
@@ -108,6 +110,9 @@ def test_bfloat16_autocast_trains_float32_weights_that_differ_from_a_float32_run
         return load_file(str(ckpt / "model.safetensors")), rows
 
     (full, full_rows), (half, half_rows) = run("fp32", "float32"), run("bf16", "bfloat16")
+    auto, _ = run("auto", "auto")  # the default: float32 on the CPU, bit for bit, and config.yaml says which ran
+    assert all(torch.equal(full[k], auto[k]) for k in full)
+    assert "precision: float32" in (tmp_path / "auto" / "config.yaml").read_text()
     assert full.keys() == half.keys()
     assert all(half[k].dtype == torch.float32 and torch.isfinite(half[k]).all() for k in half)
     # the same batches and starting weights: only the forward's precision differs, and it did take effect
@@ -143,3 +148,13 @@ def test_sigterm_saves_the_step_and_resume_ends_where_an_uninterrupted_run_does(
     whole = train(train_cfg(tmp_path, prompts_file, *opts, f"output_dir={tmp_path / 'whole'}"))
     a, b = load_file(str(resumed / "model.safetensors")), load_file(str(whole / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_precision_auto_is_bfloat16_for_an_eagle_head_on_cuda_and_float32_elsewhere():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert resolve_precision("auto", cuda, EagleTrainer) == "bfloat16"
+    for trainer in (MedusaTrainer, DraftModelTrainer, ParallelTrainer):  # not measured in bf16: float32
+        assert resolve_precision("auto", cuda, trainer) == "float32"
+    assert resolve_precision("auto", cpu, EagleTrainer) == "float32"
+    assert resolve_precision("float32", cuda, EagleTrainer) == "float32"  # a setting given is kept
+    assert resolve_precision("bfloat16", cpu, MedusaTrainer) == "bfloat16"

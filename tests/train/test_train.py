@@ -659,7 +659,7 @@ def test_a_sweep_of_train_seeds_through_the_cli_keeps_each_jobs_checkpoint(tmp_p
     ("train.seed=-1", r"train.seed=-1; allowed: an integer >= 0"),
     ("train.seed=1.5", r"train.seed=1.5; allowed: an integer >= 0"),
     ("train.prefetch=2", r"train.prefetch=2; allowed: true .* or false"),
-    ("train.precision=float16", r"train.precision='float16'; allowed: float32, bfloat16"),
+    ("train.precision=float16", r"train.precision='float16'; allowed: auto, float32, bfloat16"),
     ("data.num_prompts=0", r"data.num_prompts=0; allowed: an integer >= 1"),
     ("data.max_shards=-1", r"data.max_shards=-1; allowed: an integer >= 0"),
     ("data.time_budget_s=-5", r"data.time_budget_s=-5; allowed: a number >= 0 \(seconds"),
