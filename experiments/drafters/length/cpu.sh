@@ -18,7 +18,8 @@
 #                  with the continuous scheduler a finished row's slot takes the next prompt: 2194 s in all. Its 80
 #                  responses are token for token the other MT-Bench T=0 jobs'.)
 #   tree60-he      the same with SET=humaneval (fifty-third session, AMD EPYC, from a clone of 2d4843c: 3753 s, the
-#                  last ~10 min one or two rows looping to 1024 tokens beside 14 idle slots; its 164 responses are
+#                  last ~10 min one or two rows looping to 1024 tokens beside 14 idle slots, and beside another CPU
+#                  job; its 164 responses are
 #                  token for token shipped-he's and s1-he's, 65922 tokens)
 #   shipped-mt-t1  HEAD=eagle-smollm2-135m SET=mt-bench T=1
 #   ngram-mt, suffix-mt  STRATEGY=ngram / STRATEGY=suffix (drafters that copy; HEAD unused), SET=mt-bench
