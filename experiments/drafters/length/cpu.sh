@@ -21,6 +21,8 @@
 #                  last ~10 min one or two rows looping to 1024 tokens beside 14 idle slots, and beside another CPU
 #                  job; its 164 responses are
 #                  token for token shipped-he's and s1-he's, 65922 tokens)
+#   tree5-he       STRATEGY=eagle_tree K=4 SET=humaneval EXTRA=engine.scheduler=continuous   (the default's tree on
+#                  HumanEval; fifty-third session, AMD EPYC, 864 s; the same tokens as shipped-he, 65922)
 #   shipped-mt-t1  HEAD=eagle-smollm2-135m SET=mt-bench T=1
 #   ngram-mt, suffix-mt  STRATEGY=ngram / STRATEGY=suffix (drafters that copy; HEAD unused), SET=mt-bench
 # (As run: shipped-mt without strategy.checkpoint, i.e. the default's `auto`, which resolved to the shipped head;
