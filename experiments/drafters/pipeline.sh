@@ -76,8 +76,8 @@ COMMON="target=smollm2-135m device=$DEV logger=none seed=0
   data.max_prompt_tokens=$MAXP data.max_new_tokens=$NEW data.samples=1 data.batch_size=$DATA_BS
   train.ce_vocab=0 train.ce_positions=0 train.val_sequences=$VAL train.save_every=$SAVE save_dtype=float16 $EXTRA
   train.precision=${TRAIN_PRECISION:-float32}"
-# train.precision: every stage here trained in float32 (the default until 2026-12-08; now auto: bf16 for EAGLE heads on CUDA), so
-# its commands make the same heads; TRAIN_PRECISION=bfloat16 trains a stage's runs in bf16 (see TRAIN_SEED below)
+# train.precision: every stage here trained in float32 (the default until 2026-12-08; now auto: bf16 for EAGLE heads
+# on CUDA), so its commands make the same heads; TRAIN_PRECISION=bfloat16 trains a stage's runs in bf16 (see TRAIN_SEED)
 # DATA_DTYPE=bfloat16 (thirty-ninth session): the set written by the target in bfloat16 on the decode engine's path
 # (data.dtype; its shards live apart from float32's): pass it to the data calls and to the training call alike
 [ -n "${DATA_DTYPE:-}" ] && COMMON="$COMMON data.dtype=$DATA_DTYPE"

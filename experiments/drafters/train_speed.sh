@@ -57,7 +57,8 @@ PY
 # SIDES picks the runs of each round, in order: old (the package in $OLD), new-noprefetch, new-prefetch (this one,
 # train.prefetch=false / true), fp32, bf16 (this one, train.precision=float32 / bfloat16), bf16-fold (bf16 with the
 # head's attention folded on every dtype: experiments/drafters/train_fold.py; since af5881e the same as bf16). The
-# new-* sides and the profile run float32, as they did before train.precision's default became auto (bf16 for EAGLE heads on CUDA)
+# new-* sides and the profile run float32, as they did before train.precision's default became auto (bf16 for EAGLE
+# heads on CUDA)
 for r in $(seq "${ROUNDS:-2}"); do
   for side in ${SIDES:-old new-noprefetch new-prefetch}; do
     case $side in

@@ -4,8 +4,8 @@
    by cfg.strategy._target_; 2) load or generate the cached distillation set, and let the trainer fit
    what depends on it (Trainer.prepare: the token loss's vocabulary, EAGLE-3's draft vocabulary, read
    back on resume); 3) train with AdamW (the forward in fp32, or under bf16 autocast: train.precision, whose auto
-   is bf16 for an EAGLE head on CUDA), linear warmup then cosine decay, logging loss and per-position accuracy to metrics.jsonl and
-   W&B (offline, under the output directory; logger=none disables it);
+   is bf16 for an EAGLE head on CUDA), linear warmup then cosine decay, logging loss and per-position accuracy to
+   metrics.jsonl and W&B (offline, under the output directory; logger=none disables it);
    4) every save_every steps write <output_dir>/last (weights, optimizer, step: `resume=true` continues
    from it) and, at the end, the checkpoint (cfg.checkpoint, default <output_dir>/checkpoint). SIGTERM (a
    scheduler's time limit) stops training after the step under way, with its state in <output_dir>/last.
@@ -231,10 +231,8 @@ PRECISIONS = ("auto", "float32", "bfloat16")
 
 
 def resolve_precision(name: str, device: torch.device, trainer: type[Trainer]) -> str:
-    """train.precision as it runs: auto is the trainer's `auto_precision_cuda` on CUDA (bfloat16 for an EAGLE head:
-    1.41-1.42x float32's steps a second on one H100, a head of the same AL; experiments/drafters/README.md, "A head
-    trained in bfloat16"; float32 for the others, not measured in bf16) and float32 elsewhere (the CPU's runs, tests
-    among them, stay as they were)."""
+    """train.precision as it runs: auto is the trainer's `auto_precision_cuda` on CUDA (bfloat16 for an EAGLE head,
+    float32 for the others) and float32 elsewhere (the CPU's runs, tests among them, stay as they were)."""
     if name == "auto":
         return trainer.auto_precision_cuda if device.type == "cuda" else "float32"
     return name
@@ -309,8 +307,8 @@ def check_train_settings(c: Mapping[str, Any]) -> None:
         require_number("train.time_budget_s", t["time_budget_s"], meaning="seconds of training; null = no limit")
     if t.get("precision", "auto") not in PRECISIONS:
         raise ConfigError(f"train.precision={t['precision']!r}; allowed: {', '.join(PRECISIONS)} (bfloat16: the "
-                          "head's forward and losses under autocast, float32 weights and optimizer; auto: bfloat16 for an "
-                          "EAGLE head on CUDA, else float32)")
+                          "head's forward and losses under autocast, float32 weights and optimizer; auto: bfloat16 "
+                          "for an EAGLE head on CUDA, else float32)")
     if not isinstance(t.get("prefetch", True), bool):
         raise ConfigError(f"train.prefetch={t['prefetch']!r}; allowed: true (build the next batch in a thread while "
                           "the device works on this one) or false")
@@ -356,8 +354,9 @@ def train(cfg: DictConfig | Mapping[str, Any]) -> Path:
     train_seed = t.get("seed")  # the head's initial weights and the batches; null: `seed`
     if train_seed is None:
         train_seed = seed
-    prefetch, precision = t.get("prefetch", True), resolve_precision(t.get("precision", "auto"), device, cls)
-    if t.get("precision", "auto") == "auto":  # config.yaml records what ran
+    given = t.get("precision", "auto")
+    prefetch, precision = t.get("prefetch", True), resolve_precision(given, device, cls)
+    if given == "auto":  # config.yaml records what ran
         c["train"] = {**t, "precision": precision}
         print(f"train.precision=auto: {precision} on {device.type}")
     torch.manual_seed(train_seed)
